@@ -1,0 +1,298 @@
+//! The actor control block, the type-erased spawned task, join handles, and outcome
+//! publication.
+//!
+//! # Control block ([`ActorCell`])
+//!
+//! Lives inline in its slab slot (`slot_state`). All-zero bytes are its empty value, so the
+//! slab is allocated zeroed and costs nothing until used. Ownership: the spawner writes it
+//! before publishing the slot; afterwards only the scheduler thread that claimed the actor
+//! and the actor itself (while running there) touch it, never concurrently, because the
+//! actor runs only between that thread's `switch_to_actor` and the actor's switch back.
+//!
+//! # Task
+//!
+//! A spawn makes one allocation: an `Arc<Task<F, T>>` holding the closure and the join
+//! [`Packet`]. The control block keeps a thin type-erased pointer to it (`TaskHeader` at
+//! offset 0, with the two functions that know `F` and `T`); the [`JoinHandle`] keeps
+//! another reference. The closure is taken and run (under `catch_unwind`) on the actor's
+//! stack; the outcome is published to the packet from the actor, so user `Drop` code
+//! (the closure's captures, an unjoined result) runs on the actor stack and never on a
+//! scheduler thread.
+
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::process::{reason_from_payload, DownReason};
+use crate::runtime::Waiter;
+use crate::slot_state::Pid;
+
+/// What the actor asked for when it switched back to its scheduler.
+pub(crate) const INTENT_YIELD: u8 = 1;
+pub(crate) const INTENT_PARK: u8 = 2;
+pub(crate) const INTENT_DONE: u8 = 3;
+
+/// The actor control block. See the module doc for ownership; all-zero is "empty".
+#[repr(C)]
+pub(crate) struct ActorCell {
+    /// Saved sp while the actor is suspended.
+    pub(crate) sp: usize,
+    /// Saved sp of the scheduler thread currently running the actor (written by
+    /// `switch_to_actor`).
+    pub(crate) sched_sp: usize,
+    /// The actor's stack as `Stack::into_raw` parts; `(0, 0)` when none.
+    pub(crate) stack_base: usize,
+    pub(crate) stack_len: usize,
+    /// The spawned task (closure + join packet), or None.
+    pub(crate) task: Option<NonNull<TaskHeader>>,
+    /// Set by the actor before switching back: `INTENT_*`.
+    pub(crate) intent: u8,
+    /// The root actor: its end starts the runtime's shutdown.
+    pub(crate) is_root: bool,
+    /// Nesting depth of `NoPreempt` guards.
+    pub(crate) no_preempt: u32,
+    /// Scheduler thread index that resumed the actor last (debug migration check).
+    pub(crate) assigned_thread: usize,
+}
+
+/// Type-erased header at offset 0 of every `Task<F, T>`.
+#[repr(C)]
+pub(crate) struct TaskHeader {
+    /// Runs the closure (or drops it if the actor was cancelled before starting) and
+    /// publishes the outcome. Returns the exit reason. Never unwinds.
+    run: unsafe fn(NonNull<TaskHeader>, Option<DownReason>) -> DownReason,
+    /// Drops one `Arc` reference.
+    release: unsafe fn(NonNull<TaskHeader>),
+}
+
+#[repr(C)]
+struct Task<F, T> {
+    header: TaskHeader,
+    f: UnsafeCell<Option<F>>,
+    packet: Packet<T>,
+}
+
+// SAFETY: `f` is taken exactly once, by the actor on its own stack (the control block's
+// ownership protocol orders it after the spawner's write); the packet is a Mutex.
+unsafe impl<F: Send, T: Send> Sync for Task<F, T> {}
+// SAFETY: as above.
+unsafe impl<F: Send, T: Send> Send for Task<F, T> {}
+
+/// Allocates a task for `f`; returns the control block's reference and the join handle's.
+pub(crate) fn new_task<F, T>(f: F) -> (NonNull<TaskHeader>, JoinRef<T>)
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let task = Arc::new(Task {
+        header: TaskHeader { run: run_task::<F, T>, release: release_task::<F, T> },
+        f: UnsafeCell::new(Some(f)),
+        packet: Packet::new(),
+    });
+    let for_handle = task.clone();
+    let packet = NonNull::from(&for_handle.packet);
+    // SAFETY: Arc::into_raw never returns null; the header is at offset 0 (repr(C)).
+    let header = unsafe { NonNull::new_unchecked(Arc::into_raw(task) as *mut TaskHeader) };
+    // SAFETY: as above.
+    let task = unsafe { NonNull::new_unchecked(Arc::into_raw(for_handle) as *mut TaskHeader) };
+    (header, JoinRef { packet, task, _t: PhantomData })
+}
+
+unsafe fn run_task<F, T>(h: NonNull<TaskHeader>, cancelled: Option<DownReason>) -> DownReason
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    // SAFETY: `h` points at a live Task<F, T> (the control block holds a reference).
+    let task = unsafe { &*(h.as_ptr() as *const Task<F, T>) };
+    // SAFETY: only the actor, once, takes the closure (see the Sync impl).
+    let f = unsafe { (*task.f.get()).take() };
+    let outcome = catch_unwind(AssertUnwindSafe(move || {
+        let f = f.expect("smarm: actor task run twice");
+        match cancelled {
+            Some(reason) => {
+                drop(f);
+                Err(reason)
+            }
+            None => catch_unwind(AssertUnwindSafe(f)).map_err(reason_from_payload),
+        }
+    }))
+    .unwrap_or_else(|p| Err(reason_from_payload(p))); // the closure's Drop panicked
+    let reason = match &outcome {
+        Ok(_) => DownReason::Normal,
+        Err(r) => r.clone(),
+    };
+    // Publishing may drop an unjoined result (user Drop code): keep it off the unwinder's
+    // path out of this frame.
+    let _ = catch_unwind(AssertUnwindSafe(|| task.packet.complete(outcome)));
+    reason
+}
+
+unsafe fn release_task<F, T>(h: NonNull<TaskHeader>) {
+    // SAFETY: `h` came from Arc::into_raw of an Arc<Task<F, T>> and this reference is
+    // released once.
+    drop(unsafe { Arc::from_raw(h.as_ptr() as *const Task<F, T>) });
+}
+
+/// Runs a task from the actor entry. Never unwinds.
+///
+/// # Safety
+/// `h` is the control block's live task reference; called once, on the actor's stack.
+pub(crate) unsafe fn run(h: NonNull<TaskHeader>, cancelled: Option<DownReason>) -> DownReason {
+    // SAFETY: forwarded.
+    unsafe { (h.as_ref().run)(h, cancelled) }
+}
+
+/// Drops the control block's task reference.
+///
+/// # Safety
+/// `h` is a live reference not released before.
+pub(crate) unsafe fn release(h: NonNull<TaskHeader>) {
+    // SAFETY: forwarded.
+    unsafe { (h.as_ref().release)(h) }
+}
+
+/// The one-shot result cell between an actor and its [`JoinHandle`].
+pub(crate) struct Packet<T> {
+    state: Mutex<PacketState<T>>,
+}
+
+struct PacketState<T> {
+    result: Option<Result<T, DownReason>>,
+    done: bool,
+    /// The handle was dropped: results are dropped on arrival.
+    detached: bool,
+    /// Who blocks in `join`. Woken while the lock is held: a waiter deregisters under the
+    /// same lock before it can go away, so a woken `Waiter::Actor`'s runtime is alive.
+    waiter: Option<Waiter>,
+}
+
+impl<T> Packet<T> {
+    fn new() -> Self {
+        Packet { state: Mutex::new(PacketState { result: None, done: false, detached: false, waiter: None }) }
+    }
+
+    fn complete(&self, outcome: Result<T, DownReason>) {
+        let mut s = self.state.lock();
+        s.done = true;
+        if s.detached {
+            drop(s);
+            drop(outcome);
+            return;
+        }
+        s.result = Some(outcome);
+        if let Some(w) = s.waiter.take() {
+            w.wake();
+        }
+    }
+}
+
+/// The join handle's reference to a task (knows `T`, not `F`).
+pub(crate) struct JoinRef<T> {
+    packet: NonNull<Packet<T>>,
+    task: NonNull<TaskHeader>,
+    _t: PhantomData<T>,
+}
+
+// SAFETY: the packet is a Mutex around a `T: Send`; the task reference is an Arc.
+unsafe impl<T: Send> Send for JoinRef<T> {}
+// SAFETY: all access to the packet goes through its Mutex.
+unsafe impl<T: Send> Sync for JoinRef<T> {}
+
+impl<T> JoinRef<T> {
+    fn packet(&self) -> &Packet<T> {
+        // SAFETY: the task (and so its packet) lives while we hold our reference.
+        unsafe { self.packet.as_ref() }
+    }
+}
+
+impl<T> Drop for JoinRef<T> {
+    fn drop(&mut self) {
+        // SAFETY: our own reference, released once.
+        unsafe { release(self.task) }
+    }
+}
+
+/// An owned permission to wait for an actor's end and take its value.
+///
+/// Dropping the handle detaches the actor: it keeps running and its value is dropped when
+/// it returns.
+///
+/// ```
+/// let v = smarm::run(|| smarm::spawn(|| 6 * 7).join().unwrap());
+/// assert_eq!(v, 42);
+/// ```
+pub struct JoinHandle<T> {
+    inner: JoinRef<T>,
+    pid: Pid,
+}
+
+impl<T> JoinHandle<T> {
+    pub(crate) fn new(inner: JoinRef<T>, pid: Pid) -> Self {
+        JoinHandle { inner, pid }
+    }
+
+    /// The actor's pid.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// True once the actor has ended (join will not block).
+    pub fn is_finished(&self) -> bool {
+        self.inner.packet().state.lock().done
+    }
+
+    /// Waits for the actor to end. Returns its value, or why it ended without one
+    /// ([`DownReason::Panic`] with the message, [`DownReason::Shutdown`], ...).
+    ///
+    /// From an actor this parks the actor; from a plain thread it blocks the thread.
+    pub fn join(self) -> Result<T, DownReason> {
+        let packet = self.inner.packet();
+        loop {
+            let mut s = packet.state.lock();
+            if let Some(r) = s.result.take() {
+                return r;
+            }
+            s.waiter = Some(Waiter::current());
+            drop(s);
+            // Deregister if the park unwinds (the joiner is being shut down), so the actor
+            // that completes later never wakes a waiter that is gone.
+            let guard = Deregister(packet);
+            crate::runtime::park_current();
+            core::mem::forget(guard);
+        }
+    }
+
+    /// Takes the value if the actor has ended.
+    pub(crate) fn try_take(&self) -> Option<Result<T, DownReason>> {
+        self.inner.packet().state.lock().result.take()
+    }
+}
+
+struct Deregister<'a, T>(&'a Packet<T>);
+
+impl<T> Drop for Deregister<'_, T> {
+    fn drop(&mut self) {
+        self.0.state.lock().waiter = None;
+    }
+}
+
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        let mut s = self.inner.packet().state.lock();
+        s.detached = true;
+        let result = s.result.take();
+        drop(s);
+        drop(result);
+    }
+}
+
+impl<T> std::fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinHandle").field("pid", &self.pid).finish()
+    }
+}

@@ -1,0 +1,194 @@
+//! The context switch: the only place where one stack hands the CPU to another.
+//!
+//! The switch itself lives in `asm/x86_64.S`; this module wraps it, lays out fresh stacks,
+//! and states the thread-local rule that every actor-reachable part of smarm obeys.
+//!
+//! # Saved context
+//!
+//! A suspended context (an actor, or a scheduler thread waiting for its actor) is one
+//! stack pointer. At that address:
+//!
+//! ```text
+//!  high addresses
+//!  +--------------------------+ <- saved sp + 64
+//!  | return address           |    where the context resumes (`ret`)
+//!  | rbp                      |
+//!  | rbx                      |
+//!  | r12                      |
+//!  | r13                      |
+//!  | r14                      |
+//!  | r15                      |
+//!  | MXCSR | x87 CW | unused  | <- saved sp (16-byte aligned)
+//!  +--------------------------+
+//!  low addresses
+//! ```
+//!
+//! # A fresh actor stack
+//!
+//! [`init_stack`] writes a fake saved context at the top of a new stack, so the first
+//! `switch_to_actor` "returns" into `smarm_actor_trampoline`:
+//!
+//! ```text
+//!  top (16-aligned, end of the mapping)
+//!  top-8   smarm_actor_trampoline   <- popped by `ret`; rsp becomes `top`
+//!  top-16  rbp = 0
+//!  top-24  rbx = entry argument     -> moved to rdi by the trampoline
+//!  top-32  r12 = entry function     -> called by the trampoline
+//!  top-40  r13 = 0
+//!  top-48  r14 = 0
+//!  top-56  r15 = 0
+//!  top-64  MXCSR 0x1F80 | x87 CW 0x037F (the ABI's initial floating-point modes)
+//!          <- initial saved sp
+//! ```
+//!
+//! The trampoline's CFI marks the return address as undefined, so unwinders and debuggers
+//! stop at the actor's entry function instead of walking off the top of the stack.
+//!
+//! # Running and suspended states
+//!
+//! While an actor runs, its scheduler thread's context is saved on the scheduler's own
+//! stack and its saved sp is in the actor's control block (`sched_sp`), written by
+//! `switch_to_actor` through its second argument. The actor switches back with
+//! `switch_to_scheduler(sched_sp)`, which returns the actor's new saved sp to the
+//! scheduler as the result of its `switch_to_actor` call. No thread-local is touched by the
+//! switch itself, so an actor may be resumed by any scheduler thread.
+//!
+//! # Thread-locals and migration (the rule)
+//!
+//! LLVM treats the address of a thread-local as a constant within a function: it may
+//! compute `%fs:0` once and keep it in a callee-saved register across a call. If that call
+//! is a context switch and the actor resumes on another thread, the code then reads and
+//! writes the *old* thread's thread-locals. Without LTO this breaks real programs, so:
+//!
+//! 1. every thread-local accessor reachable from an actor stack is `#[inline(never)]`,
+//!    contains a non-`pure` `asm!` barrier (so LLVM can neither inline it nor prove it
+//!    side-effect free and merge two calls across a switch), and returns values, never
+//!    references;
+//! 2. the set of such thread-locals is tiny: the current worker and the current actor
+//!    (see `runtime::worker`); everything else hangs off the actor control block or the
+//!    worker struct reached through them;
+//! 3. every switch is followed by [`tls_fence`];
+//! 4. debug builds assert after every resume that the actor runs on the thread the
+//!    scheduler handed it to;
+//! 5. an actor never migrates while `std::thread::panicking()` is true on its thread
+//!    (std's panic count is per thread: an unwind that parks must resume where it started);
+//! 6. `[profile.reltest]` (release without LTO) runs the whole test suite, so a broken rule
+//!    has an oracle.
+
+use core::arch::global_asm;
+
+global_asm!(include_str!("../asm/x86_64.S"));
+
+extern "sysv64" {
+    fn smarm_switch_to_actor(target_sp: usize, sched_sp_out: *mut usize) -> usize;
+    fn smarm_switch_to_scheduler(sched_sp: usize);
+    fn smarm_actor_trampoline();
+}
+
+/// Entry function of a fresh stack: called by the trampoline with the argument given to
+/// [`init_stack`]. It must never return (it switches away for good instead).
+pub(crate) type EntryFn = unsafe extern "sysv64" fn(arg: *mut u8) -> !;
+
+/// Initial MXCSR: all exceptions masked, round to nearest (the SysV ABI initial value).
+const INITIAL_MXCSR: u64 = 0x1F80;
+/// Initial x87 control word: all exceptions masked, 64-bit precision, round to nearest.
+const INITIAL_FPUCW: u64 = 0x037F;
+
+/// Lays out the initial saved context described in the module doc and returns the saved sp.
+///
+/// # Safety
+/// `top` must be 16-byte aligned and the end of a writable region of at least
+/// 64 bytes that stays valid for as long as the context may be resumed.
+pub(crate) unsafe fn init_stack(top: *mut u8, entry: EntryFn, arg: *mut u8) -> usize {
+    debug_assert_eq!(top as usize % 16, 0, "stack top must be 16-byte aligned");
+    let top = top as *mut u64;
+    let words: [u64; 8] = [
+        INITIAL_MXCSR | (INITIAL_FPUCW << 32),               // top-64: MXCSR | x87 CW
+        0,                                                   // top-56: r15
+        0,                                                   // top-48: r14
+        0,                                                   // top-40: r13
+        entry as *const () as usize as u64,                  // top-32: r12 = entry function
+        arg as u64,                                          // top-24: rbx = entry argument
+        0,                                                   // top-16: rbp
+        smarm_actor_trampoline as *const () as usize as u64, // top-8: return address
+    ];
+    // SAFETY: the caller guarantees `top - 64 .. top` is writable and aligned; we write
+    // exactly those eight words.
+    unsafe {
+        let base = top.sub(8);
+        core::ptr::copy_nonoverlapping(words.as_ptr(), base, 8);
+        base as usize
+    }
+}
+
+/// Scheduler side of a switch: runs the context saved at `target_sp` until it switches
+/// back, and returns that context's new saved sp.
+///
+/// # Safety
+/// `target_sp` must be a saved sp produced by [`init_stack`] or returned by a previous
+/// `switch_to_actor`, not resumed since, on a stack that is still mapped. `sched_sp_out`
+/// must be valid for writes and must be where the resumed context reads its scheduler's sp.
+#[inline(always)]
+pub(crate) unsafe fn switch_to_actor(target_sp: usize, sched_sp_out: *mut usize) -> usize {
+    // SAFETY: forwarded to the caller's contract; the asm follows the SysV ABI for the
+    // registers it does not save.
+    let sp = unsafe { smarm_switch_to_actor(target_sp, sched_sp_out) };
+    tls_fence();
+    sp
+}
+
+/// Actor side of a switch: suspends the running actor and resumes its scheduler. Returns
+/// when some scheduler thread (possibly another one) resumes the actor.
+///
+/// # Safety
+/// Must run on an actor stack entered through [`switch_to_actor`], with `sched_sp` the value
+/// that call stored through `sched_sp_out`.
+#[inline(always)]
+pub(crate) unsafe fn switch_to_scheduler(sched_sp: usize) {
+    // SAFETY: forwarded to the caller's contract.
+    unsafe { smarm_switch_to_scheduler(sched_sp) };
+    tls_fence();
+}
+
+/// A compiler barrier placed after every switch: an `asm!` block that is not `pure` and may
+/// read and write memory, so no memory access (and no thread-local address computation
+/// feeding one) is moved across the point where the thread may have changed.
+#[inline(always)]
+pub fn tls_fence() {
+    // SAFETY: an empty asm block; it only constrains compiler reordering.
+    unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
+}
+
+/// Raw switch pair for `benches/switch_cost.rs`: a context that does nothing but switch
+/// back, driven `rounds` times. Returns the total rdtsc ticks of the loop.
+#[doc(hidden)]
+pub fn raw_switch_pair_ticks(rounds: u64) -> u64 {
+    struct Ping {
+        sched_sp: usize,
+    }
+    unsafe extern "sysv64" fn bounce(arg: *mut u8) -> ! {
+        let ping = arg as *mut Ping;
+        loop {
+            // SAFETY: `ping` outlives the loop below (it is on the driving frame, which
+            // never resumes this context after the last round), and `sched_sp` was written
+            // by the switch that resumed us.
+            unsafe { switch_to_scheduler((*ping).sched_sp) };
+        }
+    }
+    let stack = crate::stack::Stack::new(64 * 1024).expect("mmap for the raw switch bench");
+    let mut ping = Ping { sched_sp: 0 };
+    // SAFETY: the stack top is aligned and mapped; the context is resumed only below,
+    // while `stack` and `ping` are alive. After the last round it is simply abandoned
+    // (it owns no resources).
+    unsafe {
+        let mut sp = init_stack(stack.top(), bounce, &mut ping as *mut Ping as *mut u8);
+        sp = switch_to_actor(sp, &mut ping.sched_sp); // first entry, not timed
+        let start = crate::preempt::rdtsc();
+        for _ in 0..rounds {
+            sp = switch_to_actor(sp, &mut ping.sched_sp);
+        }
+        let end = crate::preempt::rdtsc();
+        let _ = sp;
+        end - start
+    }
+}

@@ -1,0 +1,120 @@
+//! Typed errors of the public API.
+
+use std::fmt;
+use std::io;
+
+use crate::DownReason;
+
+/// A [`Builder`](crate::Builder) setting that cannot work.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// `threads(0)`.
+    ZeroThreads,
+    /// `max_actors(0)`.
+    ZeroMaxActors,
+    /// `max_actors` above the supported maximum.
+    TooManyActors {
+        /// The value passed to the builder.
+        requested: usize,
+        /// The largest accepted value.
+        maximum: usize,
+    },
+    /// `stack_size` below what an actor needs to start, panic and unwind.
+    StackTooSmall {
+        /// The value passed to the builder.
+        requested: usize,
+        /// The smallest accepted value.
+        minimum: usize,
+    },
+    /// `lifo_run_limit(0)`: an actor placed in the wake slot would never run.
+    ZeroLifoRunLimit,
+    /// `timeslice_cycles(0)`.
+    ZeroTimeslice,
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::ZeroThreads => f.write_str("smarm: a runtime needs at least one scheduler thread"),
+            BuildError::ZeroMaxActors => f.write_str("smarm: max_actors must be at least 1"),
+            BuildError::TooManyActors { requested, maximum } => {
+                write!(f, "smarm: max_actors {requested} exceeds the supported maximum {maximum}")
+            }
+            BuildError::StackTooSmall { requested, minimum } => {
+                write!(f, "smarm: stack_size {requested} bytes is below the minimum of {minimum} bytes")
+            }
+            BuildError::ZeroLifoRunLimit => f.write_str("smarm: lifo_run_limit must be at least 1"),
+            BuildError::ZeroTimeslice => f.write_str("smarm: timeslice_cycles must be at least 1"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// Why [`try_spawn`](crate::try_spawn) could not create an actor.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// All `max_actors` slots are in use.
+    Full {
+        /// The runtime's slab size.
+        max_actors: usize,
+    },
+    /// The runtime is shutting down and accepts no new actors.
+    ShuttingDown,
+    /// Called outside a smarm runtime (not from an actor).
+    NoRuntime,
+    /// Mapping the actor's stack failed (out of memory or out of memory maps; the message
+    /// names `vm.max_map_count`).
+    Stack(io::Error),
+}
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpawnError::Full { max_actors } => {
+                write!(f, "smarm: all {max_actors} actor slots are in use (raise Builder::max_actors)")
+            }
+            SpawnError::ShuttingDown => f.write_str("smarm: the runtime is shutting down"),
+            SpawnError::NoRuntime => f.write_str("smarm: spawn called outside a smarm runtime (not from an actor)"),
+            SpawnError::Stack(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for SpawnError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SpawnError::Stack(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why [`Runtime::run`](crate::Runtime::run) did not return the root's value.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The root actor did not return a value: it panicked or was shut down.
+    Root(DownReason),
+    /// The root actor could not be spawned.
+    Spawn(SpawnError),
+    /// No scheduler thread could be started.
+    Thread(io::Error),
+    /// `run` was called from inside an actor; nest runtimes on a plain thread instead.
+    Nested,
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Root(r) => write!(f, "smarm: the root actor ended without a value ({r})"),
+            RunError::Spawn(e) => write!(f, "smarm: could not spawn the root actor: {e}"),
+            RunError::Thread(e) => write!(f, "smarm: could not start a scheduler thread: {e}"),
+            RunError::Nested => f.write_str("smarm: Runtime::run called from inside an actor"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}

@@ -1,0 +1,203 @@
+//! smarm: a stackful green-thread, Erlang-style actor runtime.
+//!
+//! Actors are ordinary blocking Rust closures, each on its own mmap'd stack. Hand-written
+//! x86_64 assembly switches between an actor and its scheduler thread; scheduler threads
+//! take runnable actors from a lock-free MPMC run queue, so an actor may resume on any
+//! thread.
+//!
+//! ```
+//! let total = smarm::run(|| {
+//!     let handles: Vec<_> = (0..10u64).map(|i| smarm::spawn(move || i * i)).collect();
+//!     handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+//! });
+//! assert_eq!(total, 285);
+//! ```
+//!
+//! # Soundness contract: thread-locals and migration
+//!
+//! An actor may resume on a different OS thread after *any* blocking runtime call
+//! (`yield_now`, `sleep`, `join`, a preemption in `maybe_preempt`, ...). Consequently:
+//!
+//! - `thread_local!` values are per *scheduler thread*, not per actor, and may change
+//!   across any blocking call. Keep per-actor state in the actor's own variables.
+//! - Holding a thread-bound value across a blocking call (a `std::sync::MutexGuard`, a
+//!   reference into a `thread_local!`, an `Rc` shared with a thread-local) is the known hole
+//!   of every migrating stackful runtime: the value may be used or dropped on another
+//!   thread. smarm's own guards are migration-safe.
+//! - An actor that is unwinding (`std::thread::panicking()`) never migrates: std's panic
+//!   count is per thread. While such an actor is parked mid-unwind, other actors on that
+//!   thread observe `std::thread::panicking() == true`.
+//! - Internally smarm obeys the rule documented in `context.rs`: every thread-local
+//!   accessor reachable from an actor stack is out of line behind an asm barrier.
+//!
+//! # Cooperative preemption
+//!
+//! Actors are preempted only at runtime calls and [`maybe_preempt`]. An actor spinning in a
+//! loop without either keeps its scheduler thread and cannot be shut down.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+#[cfg(not(loom))]
+mod actor;
+#[cfg(not(loom))]
+mod context;
+#[cfg(not(loom))]
+mod error;
+mod loom_shim;
+#[cfg(not(loom))]
+mod preempt;
+#[cfg(not(loom))]
+mod process;
+#[doc(hidden)]
+pub mod run_queue;
+#[cfg(not(loom))]
+mod runtime;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod runtime {
+    //! Under loom only the idle protocol is compiled (for its model).
+    pub mod idle {
+        include!("runtime/idle.rs");
+    }
+}
+#[cfg(not(loom))]
+mod slot_state;
+#[cfg(not(loom))]
+mod stack;
+#[cfg(not(loom))]
+mod timer;
+
+#[cfg(not(loom))]
+pub use api::*;
+
+#[cfg(not(loom))]
+mod api {
+    use std::time::Duration;
+
+    pub use crate::actor::JoinHandle;
+    pub use crate::context::tls_fence;
+    pub use crate::error::{BuildError, RunError, SpawnError};
+    pub use crate::preempt::{maybe_preempt, NoPreempt};
+    pub use crate::process::DownReason;
+    use crate::runtime::current_worker;
+    pub use crate::runtime::{
+        Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_STACK_SIZE, DEFAULT_TIMESLICE_CYCLES,
+        MIN_STACK_SIZE,
+    };
+    pub use crate::slot_state::Pid;
+
+    /// Runs `root` on a runtime with the default configuration and returns its value.
+    ///
+    /// # Panics
+    /// If the root actor panics (with its message), or if the runtime cannot start.
+    ///
+    /// ```
+    /// assert_eq!(smarm::run(|| "hello"), "hello");
+    /// ```
+    pub fn run<F, T>(root: F) -> T
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let rt = Runtime::builder().build().unwrap_or_else(|e| panic!("{e}"));
+        match rt.run(root) {
+            Ok(v) => v,
+            Err(RunError::Root(DownReason::Panic(msg))) => panic!("smarm: the root actor panicked: {msg}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Spawns an actor running `f` on the current runtime.
+    ///
+    /// # Panics
+    /// Outside a runtime, or when [`try_spawn`] would fail (slab full, out of memory maps,
+    /// shutting down). Use [`try_spawn`] to handle those.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let h = smarm::spawn(|| 2 + 2);
+    ///     assert_eq!(h.join().unwrap(), 4);
+    /// });
+    /// ```
+    pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        try_spawn(f).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Spawns an actor running `f`, or says why it could not.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().max_actors(1).build().unwrap();
+    /// rt.run(|| {
+    ///     // the root occupies the only slot
+    ///     assert!(matches!(smarm::try_spawn(|| ()), Err(smarm::SpawnError::Full { .. })));
+    /// }).unwrap();
+    /// assert!(matches!(smarm::try_spawn(|| ()), Err(smarm::SpawnError::NoRuntime)));
+    /// ```
+    pub fn try_spawn<F, T>(f: F) -> Result<JoinHandle<T>, SpawnError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let w = current_worker();
+        if w.is_null() {
+            return Err(SpawnError::NoRuntime);
+        }
+        // SAFETY: this thread's live worker; the runtime outlives the spawning actor, and we
+        // do not switch before using it.
+        let shared = unsafe { (*w).shared() } as *const crate::runtime::Shared;
+        // SAFETY: as above.
+        let h = unsafe { (*shared).spawn(f, false) }?;
+        maybe_preempt();
+        Ok(h)
+    }
+
+    /// Lets other actors run; the caller is resumed later, possibly on another thread. Off a
+    /// runtime it yields the OS thread.
+    pub fn yield_now() {
+        crate::runtime::worker_yield();
+    }
+
+    /// Parks the calling actor for at least `d` (never less). Off a runtime it sleeps the
+    /// OS thread.
+    ///
+    /// ```
+    /// smarm::run(|| smarm::sleep(std::time::Duration::from_millis(1)));
+    /// ```
+    pub fn sleep(d: Duration) {
+        crate::runtime::worker::sleep(d);
+    }
+
+    /// The calling actor's pid.
+    ///
+    /// # Panics
+    /// Outside an actor; see [`try_current_pid`].
+    pub fn current_pid() -> Pid {
+        try_current_pid().expect("smarm::current_pid called outside an actor")
+    }
+
+    /// The calling actor's pid, or `None` outside an actor.
+    pub fn try_current_pid() -> Option<Pid> {
+        crate::runtime::worker::current_actor_pid().map(|(_, pid)| pid)
+    }
+
+    /// Index of the scheduler thread running the caller (`None` outside a runtime). It can
+    /// change across any blocking call.
+    pub fn current_thread_index() -> Option<usize> {
+        let w = current_worker();
+        // SAFETY: this thread's live worker.
+        (!w.is_null()).then(|| unsafe { (*w).index })
+    }
+
+    /// Internals exposed for benchmarks and tests; not a stable API.
+    #[doc(hidden)]
+    pub mod __private {
+        pub use crate::context::raw_switch_pair_ticks;
+        pub use crate::preempt::rdtsc;
+        pub use crate::stack::guard_method;
+    }
+}

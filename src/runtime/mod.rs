@@ -1,0 +1,510 @@
+//! The runtime: configuration ([`Builder`]), the state shared by all scheduler threads
+//! ([`Shared`]), spawning, waking, and the shutdown that follows the root actor's return.
+//!
+//! The per-thread scheduler loop, the wake slot and the actor-side switch live in
+//! [`worker`]; the sleep/wake protocol of idle threads in [`idle`].
+//!
+//! # Shutdown (root exit), step by step
+//!
+//! 1. The root actor returns (or panics); the scheduler thread that retires it calls
+//!    [`Shared::begin_shutdown`].
+//! 2. `shutting_down` is set (SeqCst store, then a SeqCst fence) and the sweep visits the
+//!    slots below the slab's high-water mark, lock-free: each live one gets
+//!    `cancel = SHUTDOWN` and a wake. The sweep does not lock or walk the whole slab: an
+//!    empty `run(|| ())` looks at one slot.
+//! 3. A spawn that raced with the sweep publishes its slot, fences, then reads
+//!    `shutting_down`; if set it cancels its own child. (Dekker pair with step 2: the sweep
+//!    sees the slot or the spawner sees the flag.) New spawns fail with `ShuttingDown`.
+//! 4. Cancelled actors unwind at their next runtime call (destructors run) and end with
+//!    [`DownReason::Shutdown`]. Every retirement decrements `live`.
+//! 5. Whoever brings `live` to zero with `shutting_down` set (the last retirement, or the
+//!    sweep itself) sets `finished` and unparks every scheduler thread.
+//! 6. Scheduler threads see `finished` when idle and exit; `run` joins them, takes the
+//!    root's value, and drops the shared state (slab, queues, pooled stacks).
+//!
+//! An actor that never makes a runtime call (`loop {}`) cannot be stopped; `run` then waits
+//! for it. That is the documented limit of cooperative scheduling.
+
+pub(crate) mod idle;
+pub(crate) mod worker;
+pub(crate) use worker::yield_now as worker_yield;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+
+use parking_lot::Mutex;
+
+use crate::actor::{self, ActorCell, JoinHandle};
+use crate::context;
+use crate::error::{BuildError, RunError, SpawnError};
+use crate::loom_shim::CachePadded;
+use crate::run_queue::MpmcRing;
+use crate::slot_state::{Pid, Slab, Wake, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
+use crate::stack::StackPool;
+use crate::timer::Timers;
+use idle::Idle;
+pub(crate) use worker::{current_worker, park_current};
+
+/// Smallest stack an actor can start, panic, print and unwind on.
+pub const MIN_STACK_SIZE: usize = 32 * 1024;
+/// Default usable stack size: enough for `deep_recursion` (1,000 frames of 256 bytes) with
+/// room to spare; committed lazily by the kernel.
+pub const DEFAULT_STACK_SIZE: usize = 512 * 1024;
+/// Default slab size.
+pub const DEFAULT_MAX_ACTORS: usize = 16_384;
+/// Default timeslice in rdtsc ticks (about 40 us at 2.5 GHz).
+pub const DEFAULT_TIMESLICE_CYCLES: u64 = 100_000;
+/// Default number of consecutive wake-slot runs before a thread serves the shared queue.
+pub const DEFAULT_LIFO_RUN_LIMIT: u32 = 16;
+/// Default number of released stacks each runtime keeps mapped for reuse.
+pub const DEFAULT_WARM_STACKS: usize = 256;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) threads: usize,
+    pub(crate) max_actors: usize,
+    pub(crate) stack_size: usize,
+    pub(crate) timeslice_cycles: u64,
+    pub(crate) lifo_run_limit: u32,
+    pub(crate) quiet_panics: bool,
+    pub(crate) warm_stacks: usize,
+}
+
+/// Configures a [`Runtime`].
+///
+/// ```
+/// let rt = smarm::Runtime::builder().threads(2).max_actors(1024).build().unwrap();
+/// assert_eq!(rt.run(|| 1 + 1).unwrap(), 2);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Builder {
+    threads: Option<usize>,
+    max_actors: usize,
+    stack_size: usize,
+    timeslice_cycles: u64,
+    lifo_run_limit: u32,
+    quiet_panics: bool,
+    warm_stacks: usize,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            threads: None,
+            max_actors: DEFAULT_MAX_ACTORS,
+            stack_size: DEFAULT_STACK_SIZE,
+            timeslice_cycles: DEFAULT_TIMESLICE_CYCLES,
+            lifo_run_limit: DEFAULT_LIFO_RUN_LIMIT,
+            quiet_panics: false,
+            warm_stacks: DEFAULT_WARM_STACKS,
+        }
+    }
+}
+
+impl Builder {
+    /// Number of scheduler threads (default: `available_parallelism()`).
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = Some(n);
+        self
+    }
+    /// Maximum number of live actors (default 16,384; up to 16,777,216).
+    pub fn max_actors(mut self, n: usize) -> Self {
+        self.max_actors = n;
+        self
+    }
+    /// Usable stack bytes per actor (default 512 KiB, minimum 32 KiB; rounded up to pages).
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = bytes;
+        self
+    }
+    /// Timeslice in rdtsc ticks after which `maybe_preempt` and runtime calls yield
+    /// (default 100,000).
+    pub fn timeslice_cycles(mut self, ticks: u64) -> Self {
+        self.timeslice_cycles = ticks;
+        self
+    }
+    /// Consecutive wake-slot runs before a thread serves the shared queue (default 16).
+    pub fn lifo_run_limit(mut self, n: u32) -> Self {
+        self.lifo_run_limit = n;
+        self
+    }
+    /// Silences the report printed when an actor panics (default: printed, naming the pid).
+    pub fn quiet_panics(mut self, quiet: bool) -> Self {
+        self.quiet_panics = quiet;
+        self
+    }
+    /// Released stacks kept mapped for reuse (default 256); more are unmapped.
+    pub fn warm_stacks(mut self, n: usize) -> Self {
+        self.warm_stacks = n;
+        self
+    }
+
+    /// Validates the configuration.
+    pub fn build(self) -> Result<Runtime, BuildError> {
+        let threads = match self.threads {
+            Some(0) => return Err(BuildError::ZeroThreads),
+            Some(n) => n,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        if self.max_actors == 0 {
+            return Err(BuildError::ZeroMaxActors);
+        }
+        if self.max_actors > Slab::MAX {
+            return Err(BuildError::TooManyActors { requested: self.max_actors, maximum: Slab::MAX });
+        }
+        if self.stack_size < MIN_STACK_SIZE {
+            return Err(BuildError::StackTooSmall { requested: self.stack_size, minimum: MIN_STACK_SIZE });
+        }
+        if self.lifo_run_limit == 0 {
+            return Err(BuildError::ZeroLifoRunLimit);
+        }
+        if self.timeslice_cycles == 0 {
+            return Err(BuildError::ZeroTimeslice);
+        }
+        Ok(Runtime {
+            config: Config {
+                threads,
+                max_actors: self.max_actors,
+                stack_size: self.stack_size,
+                timeslice_cycles: self.timeslice_cycles,
+                lifo_run_limit: self.lifo_run_limit,
+                quiet_panics: self.quiet_panics,
+                warm_stacks: self.warm_stacks,
+            },
+        })
+    }
+}
+
+/// A configured runtime. [`Runtime::run`] starts its scheduler threads, runs a root actor
+/// and returns the root's value once every actor has ended and every thread is joined.
+#[derive(Debug)]
+pub struct Runtime {
+    config: Config,
+}
+
+impl Runtime {
+    /// A builder with the defaults.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Number of scheduler threads this runtime will start.
+    pub fn threads(&self) -> usize {
+        self.config.threads
+    }
+
+    /// Runs `root` as the root actor on the calling thread plus `threads - 1` more.
+    ///
+    /// When the root returns, the remaining actors are shut down ([`crate::DownReason::Shutdown`]
+    /// at their next runtime call), their stacks freed and the threads joined; then `run`
+    /// returns the root's value, or [`RunError::Root`] if the root panicked.
+    pub fn run<F, T>(self, root: F) -> Result<T, RunError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if !current_worker().is_null() {
+            return Err(RunError::Nested);
+        }
+        worker::install_process_hooks();
+        let shared = Arc::new(Shared::new(self.config));
+        let handle = shared.spawn(root, true).map_err(RunError::Spawn)?;
+
+        let mut threads = Vec::with_capacity(shared.config.threads - 1);
+        for k in 1..shared.config.threads {
+            let sh = shared.clone();
+            let spawned =
+                std::thread::Builder::new().name(format!("smarm-worker-{k}")).spawn(move || worker::thread_main(sh, k));
+            match spawned {
+                Ok(h) => threads.push(h),
+                // Run on the threads we have: nothing is ever pinned to a thread that never
+                // ran, and thread 0 (this one) always exists.
+                Err(e) if k == 1 && shared.config.threads == 1 => return Err(RunError::Thread(e)),
+                Err(_) => break,
+            }
+        }
+        worker::thread_main(shared.clone(), 0);
+        for t in threads {
+            let _ = t.join();
+        }
+        match handle.try_take() {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(reason)) => Err(RunError::Root(reason)),
+            None => Err(RunError::Root(crate::DownReason::Shutdown)),
+        }
+    }
+}
+
+/// A private queue of work only one thread may run (an actor pinned there because it is
+/// unwinding). Rare, so a mutex; `len` lets the owner skip the lock when empty.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    len: AtomicUsize,
+    queue: Mutex<VecDeque<u32>>,
+}
+
+impl Inbox {
+    fn push(&self, index: u32) {
+        let mut q = self.queue.lock();
+        q.push_back(index);
+        // Release: the owner's Acquire load of `len` then sees the pushed index under its lock.
+        self.len.store(q.len(), Ordering::Release);
+    }
+
+    pub(crate) fn pop(&self) -> Option<u32> {
+        // Acquire: pairs with the Release in `push`.
+        if self.len.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut q = self.queue.lock();
+        let v = q.pop_front();
+        self.len.store(q.len(), Ordering::Release);
+        v
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len.load(Ordering::Acquire) == 0
+    }
+}
+
+/// State shared by all scheduler threads of one runtime.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) slab: Slab,
+    pub(crate) run_queue: MpmcRing,
+    pub(crate) idle: Idle,
+    /// Thread handles for unparking, set by each scheduler thread before it can sleep.
+    threads: Box<[OnceLock<Thread>]>,
+    pub(crate) inboxes: Box<[CachePadded<Inbox>]>,
+    pub(crate) timers: Timers,
+    pub(crate) stacks: StackPool,
+    /// Actors spawned and not yet retired.
+    live: AtomicUsize,
+    pub(crate) shutting_down: AtomicBool,
+    pub(crate) finished: AtomicBool,
+}
+
+impl Shared {
+    fn new(config: Config) -> Shared {
+        Shared {
+            slab: Slab::new(config.max_actors),
+            run_queue: MpmcRing::new(config.max_actors),
+            idle: Idle::new(config.threads),
+            threads: (0..config.threads).map(|_| OnceLock::new()).collect(),
+            inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
+            timers: Timers::new(),
+            stacks: StackPool::new(config.stack_size, config.warm_stacks),
+            live: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            config,
+        }
+    }
+
+    pub(crate) fn register_thread(&self, k: usize) {
+        let _ = self.threads[k].set(std::thread::current());
+    }
+
+    pub(crate) fn unpark(&self, k: usize) {
+        if let Some(t) = self.threads[k].get() {
+            t.unpark();
+        }
+    }
+
+    /// Spawns an actor running `f`.
+    pub(crate) fn spawn<F, T>(&self, f: F, is_root: bool) -> Result<JoinHandle<T>, SpawnError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        // Relaxed: an early refusal is only an optimisation; step 3 of the shutdown
+        // protocol (below) is what makes the race safe.
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return Err(SpawnError::ShuttingDown);
+        }
+        let (index, gen) = self.slab.alloc().ok_or(SpawnError::Full { max_actors: self.slab.len() })?;
+        let stack = match self.stacks.get() {
+            Ok(s) => s,
+            Err(e) => {
+                self.slab.unalloc(index);
+                return Err(SpawnError::Stack(e));
+            }
+        };
+        let (task, join) = actor::new_task(f);
+        let slot = self.slab.slot(index);
+        // SAFETY: the slot was just popped from the free list, so it is FREE and ours alone
+        // until `publish_queued`; the entry argument is the slot, which outlives the actor.
+        unsafe {
+            let sp = context::init_stack(stack.top(), worker::actor_entry, slot as *const _ as *mut u8);
+            let (stack_base, stack_len) = stack.into_raw();
+            *slot.cell.get() = ActorCell {
+                sp,
+                sched_sp: 0,
+                stack_base,
+                stack_len,
+                task: Some(task),
+                intent: 0,
+                is_root,
+                no_preempt: 0,
+                assigned_thread: usize::MAX,
+            };
+        }
+        // Relaxed: published by the Release in `publish_queued`.
+        slot.cancel.store(CANCEL_NONE, Ordering::Relaxed);
+        slot.pinned.store(UNPINNED, Ordering::Relaxed);
+        self.live.fetch_add(1, Ordering::AcqRel);
+        self.slab.publish_queued(index, gen);
+        let pid = Pid::new(index, gen);
+        self.run_queue.push(index);
+        self.wake_one(); // includes the SeqCst fence of shutdown step 3
+                         // Relaxed after the fence: see shutdown step 3.
+        if self.shutting_down.load(Ordering::Relaxed) {
+            slot.cancel.store(CANCEL_SHUTDOWN, Ordering::Release);
+            self.wake(pid);
+        }
+        Ok(JoinHandle::new(join, pid))
+    }
+
+    /// After publishing stealable work: fence, then claim and unpark one sleeper.
+    pub(crate) fn wake_one(&self) {
+        if let Some(k) = self.idle.wake_any() {
+            self.unpark(k);
+        }
+    }
+
+    /// Wakes `pid` if it is parked (and sets NOTIFIED otherwise). Safe from any thread.
+    pub(crate) fn wake(&self, pid: Pid) {
+        if self.slab.wake(pid) == Wake::Enqueue {
+            self.enqueue_woken(pid.index());
+        }
+    }
+
+    /// Puts an actor that a wake moved to QUEUED where it will run:
+    /// - pinned to thread k (unwinding): k's inbox, and wake k specifically;
+    /// - woken by an actor running on a scheduler thread of this runtime: that thread's
+    ///   wake slot (it runs next there; the displaced occupant goes to the shared queue);
+    /// - otherwise the shared queue, and wake a sleeper.
+    fn enqueue_woken(&self, index: u32) {
+        // Relaxed: ordered after the Acquire half of the wake RMW, which read the state the
+        // owner published (Release) after storing `pinned`.
+        let pinned = self.slab.slot(index).pinned.load(Ordering::Relaxed);
+        if pinned != UNPINNED {
+            self.inboxes[pinned as usize].push(index);
+            if self.idle.wake_specific(pinned as usize) {
+                self.unpark(pinned as usize);
+            }
+            return;
+        }
+        let w = current_worker();
+        if !w.is_null() {
+            // SAFETY: the worker pointer of this thread is valid while the thread runs
+            // scheduler or actor code; we do not hold it across a switch.
+            let w = unsafe { &*w };
+            if core::ptr::eq(w.shared_ptr(), self) && w.running_actor() {
+                if let Some(displaced) = w.put_in_wake_slot(index) {
+                    // Not woken: this thread is awake and reaches the shared queue itself
+                    // (after `lifo_run_limit` slot runs at the latest); a sleeper is nudged
+                    // when the queue is found holding more than one job.
+                    self.run_queue.push(displaced);
+                }
+                return;
+            }
+        }
+        self.run_queue.push(index);
+        self.wake_one();
+    }
+
+    /// A retired actor's bookkeeping; called by its scheduler thread once its stack is free.
+    pub(crate) fn retired(&self, was_root: bool) {
+        let left = self.live.fetch_sub(1, Ordering::AcqRel) - 1;
+        if was_root {
+            self.begin_shutdown();
+        } else if left == 0 && self.shutting_down.load(Ordering::Acquire) {
+            self.finish();
+        }
+    }
+
+    /// Shutdown steps 2 and 5 (see the module doc).
+    fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        for index in 0..self.slab.high_water() as u32 {
+            if let Some(pid) = self.slab.live_pid(index) {
+                // Release: the cancelled actor reads it after its wake (Acquire chain).
+                self.slab.slot(index).cancel.store(CANCEL_SHUTDOWN, Ordering::Release);
+                self.wake(pid);
+            }
+        }
+        if self.live.load(Ordering::Acquire) == 0 {
+            self.finish();
+        }
+    }
+
+    fn finish(&self) {
+        if self.finished.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.idle.claim_all();
+        for k in 0..self.threads.len() {
+            self.unpark(k);
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Normally every actor has retired. If `run` bailed out early (no thread could
+        // start), release what the unrun actors own.
+        for index in 0..self.slab.high_water() as u32 {
+            if self.slab.live_pid(index).is_some() {
+                // SAFETY: no thread runs any more; we are the only owner of every cell.
+                unsafe {
+                    let cell = &mut *self.slab.slot(index).cell.get();
+                    if let Some(t) = cell.task.take() {
+                        actor::release(t);
+                    }
+                    if cell.stack_len != 0 {
+                        drop(crate::stack::Stack::from_raw(cell.stack_base, cell.stack_len));
+                        cell.stack_len = 0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Who is blocked on something: an actor of some runtime, or a plain OS thread.
+///
+/// # Safety contract for `Actor`
+/// `shared` is a raw pointer (taking an `Arc` per park would put a shared-counter RMW pair
+/// on every blocking call). Whoever stores a `Waiter` must guarantee the runtime is alive
+/// when it calls [`Waiter::wake`]: every registry in smarm wakes under the lock that the
+/// blocked actor takes to deregister (on return or while unwinding) before it can end, and
+/// a runtime outlives its actors.
+pub(crate) enum Waiter {
+    Actor { shared: *const Shared, pid: Pid },
+    Thread(Thread),
+}
+
+// SAFETY: the raw pointer is only dereferenced under the contract above; Shared is Sync.
+unsafe impl Send for Waiter {}
+
+impl Waiter {
+    /// The calling actor, or the calling thread.
+    pub(crate) fn current() -> Waiter {
+        match worker::current_actor_pid() {
+            Some((shared, pid)) => Waiter::Actor { shared, pid },
+            None => Waiter::Thread(std::thread::current()),
+        }
+    }
+
+    pub(crate) fn wake(&self) {
+        match self {
+            // SAFETY: see the type's contract.
+            Waiter::Actor { shared, pid } => unsafe { (**shared).wake(*pid) },
+            Waiter::Thread(t) => t.unpark(),
+        }
+    }
+}

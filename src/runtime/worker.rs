@@ -1,0 +1,495 @@
+//! One scheduler thread: its loop, its wake slot, the thread-locals, and the actor side of
+//! every switch (yield, park, finish).
+//!
+//! # Thread-locals (see the rule in `context`)
+//!
+//! Exactly one: `CURRENT_WORKER`, a pointer to this thread's [`Worker`]. Everything else
+//! (the running actor, its timeslice start, the wake slot) hangs off the worker or the
+//! actor's control block. [`current_worker`] is the only accessor: `#[inline(never)]`, with
+//! a non-`pure` asm barrier, returning a value. Actor code calls it afresh after every
+//! switch and never keeps the pointer across one.
+//!
+//! # The loop
+//!
+//! In order, each round takes the first of:
+//! 1. due timers (every 64 rounds, and whenever idle);
+//! 2. this thread's private inbox (actors pinned here while unwinding);
+//! 3. the wake slot, unless it has served `lifo_run_limit` runs in a row, in which case its
+//!    occupant goes to the shared queue and the queue is served instead;
+//! 4. the shared run queue; if more remain and a thread sleeps, nudge it;
+//! 5. otherwise go idle (`idle` module protocol), parked until woken or the next deadline.
+//!
+//! # Wake slot
+//!
+//! An actor woken by the actor running on this thread (`Shared::enqueue_woken`) is placed
+//! in the slot and runs next here, where its waker's data is in cache. What it displaces
+//! goes to the shared queue, never to private storage, so nothing is ever invisible to
+//! other threads for longer than one actor run. The slot is empty whenever the thread
+//! parks (it is drained by step 3 before step 5 is reached).
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Once};
+use std::time::{Duration, Instant};
+
+use crate::actor::{self, INTENT_DONE, INTENT_PARK, INTENT_YIELD};
+use crate::context::{switch_to_actor, switch_to_scheduler};
+use crate::preempt::rdtsc;
+use crate::process::{Cancelled, DownReason};
+use crate::slot_state::{Pid, Slot, CANCEL_NONE, UNPINNED};
+use crate::stack::{self, AltStack, Stack, GUARD_BYTES};
+
+use super::Shared;
+
+/// `Worker::current` / wake slot value for "none".
+const NONE: u32 = u32::MAX;
+
+/// Rounds of looking at the queues before announcing sleep: a park/unpark pair costs a few
+/// microseconds of syscalls, which a message ping-pong between threads would pay per hop.
+const IDLE_SPINS: u32 = 64;
+
+thread_local! {
+    static CURRENT_WORKER: Cell<*const Worker> = const { Cell::new(core::ptr::null()) };
+}
+
+/// This thread's worker, or null off the runtime. See the module doc for the rule.
+#[inline(never)]
+pub(crate) fn current_worker() -> *const Worker {
+    // SAFETY: an empty, non-pure asm block: LLVM must assume it has side effects, so it can
+    // neither treat this function as pure nor merge two calls across a context switch.
+    unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
+    CURRENT_WORKER.with(|c| c.get())
+}
+
+#[inline(never)]
+fn set_current_worker(w: *const Worker) {
+    // SAFETY: as in `current_worker`.
+    unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
+    CURRENT_WORKER.with(|c| c.set(w));
+}
+
+/// `std::thread::panicking()`, out of line: it reads std's thread-local panic count, whose
+/// address must not be cached across a switch either.
+#[inline(never)]
+pub(crate) fn thread_panicking() -> bool {
+    // SAFETY: as in `current_worker`.
+    unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
+    std::thread::panicking()
+}
+
+/// One scheduler thread's state. Only its own thread touches the `Cell`s: the scheduler
+/// code and the actor it is running, never at the same time.
+pub(crate) struct Worker {
+    pub(crate) index: usize,
+    shared: Arc<Shared>,
+    wake_slot: Cell<u32>,
+    lifo_runs: Cell<u32>,
+    /// Index of the actor this thread is running, or NONE while in scheduler code.
+    current: Cell<u32>,
+    /// rdtsc when the running actor was resumed.
+    pub(crate) slice_start: Cell<u64>,
+    pub(crate) slice_cycles: u64,
+    lifo_run_limit: u32,
+    tick: Cell<u32>,
+}
+
+impl Worker {
+    pub(crate) fn shared_ptr(&self) -> *const Shared {
+        Arc::as_ptr(&self.shared)
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// True while an actor (not scheduler code) runs on this thread.
+    pub(crate) fn running_actor(&self) -> bool {
+        self.current.get() != NONE
+    }
+
+    /// The running actor's slot.
+    pub(crate) fn current_slot(&self) -> Option<&Slot> {
+        let i = self.current.get();
+        (i != NONE).then(|| self.shared.slab.slot(i))
+    }
+
+    /// The running actor's pid.
+    pub(crate) fn current_pid(&self) -> Option<Pid> {
+        let i = self.current.get();
+        if i == NONE {
+            return None;
+        }
+        // Relaxed: the running actor's generation cannot change under it.
+        let gen = (self.shared.slab.slot(i).state.load(Ordering::Relaxed) >> 32) as u32;
+        Some(Pid::new(i, gen))
+    }
+
+    /// Places a woken actor in the wake slot; returns the displaced occupant.
+    pub(crate) fn put_in_wake_slot(&self, index: u32) -> Option<u32> {
+        let old = self.wake_slot.replace(index);
+        (old != NONE).then_some(old)
+    }
+
+    fn run_loop(&self) {
+        loop {
+            if let Some(i) = self.next_runnable() {
+                self.run_actor(i);
+                continue;
+            }
+            // Acquire: pairs with `Shared::finish`; everything retired before it is visible.
+            if self.shared.finished.load(Ordering::Acquire) {
+                return;
+            }
+            self.idle_wait();
+        }
+    }
+
+    fn next_runnable(&self) -> Option<u32> {
+        let sh = &*self.shared;
+        let tick = self.tick.get().wrapping_add(1);
+        self.tick.set(tick);
+        if tick % 64 == 0 && !sh.timers.is_empty() {
+            sh.timers.fire_due(Instant::now());
+        }
+        if let Some(i) = sh.inboxes[self.index].pop() {
+            return Some(i);
+        }
+        let slot = self.wake_slot.replace(NONE);
+        if slot != NONE {
+            if self.lifo_runs.get() < self.lifo_run_limit {
+                self.lifo_runs.set(self.lifo_runs.get() + 1);
+                return Some(slot);
+            }
+            // Fairness boundary: the slot has run `lifo_run_limit` times in a row; its
+            // occupant queues behind the shared work it has been keeping waiting.
+            sh.run_queue.push(slot);
+        }
+        self.lifo_runs.set(0);
+        let i = sh.run_queue.pop()?;
+        if !sh.run_queue.is_empty() {
+            if let Some(k) = sh.idle.nudge() {
+                sh.unpark(k);
+            }
+        }
+        Some(i)
+    }
+
+    /// Nothing but the current actor could run here now: its yield can resume it at once.
+    fn nothing_else_runnable(&self) -> bool {
+        let sh = &*self.shared;
+        self.wake_slot.get() == NONE
+            && sh.run_queue.is_empty()
+            && sh.inboxes[self.index].is_empty()
+            && (self.tick.get() % 64 != 0 || sh.timers.is_empty())
+    }
+
+    fn run_actor(&self, index: u32) {
+        let sh = &*self.shared;
+        let slot = sh.slab.slot(index);
+        sh.slab.claim(index);
+        let cell = slot.cell.get();
+        loop {
+            self.current.set(index);
+            self.slice_start.set(rdtsc());
+            // SAFETY: we claimed the actor (QUEUED -> RUNNING), so its control block is ours
+            // and its saved sp is a suspended context on its live stack.
+            let sp = unsafe {
+                (*cell).assigned_thread = self.index;
+                switch_to_actor((*cell).sp, &raw mut (*cell).sched_sp)
+            };
+            self.current.set(NONE);
+            // SAFETY: the actor switched back; the control block is ours again.
+            let intent = unsafe {
+                (*cell).sp = sp;
+                (*cell).intent
+            };
+            match intent {
+                INTENT_YIELD => {
+                    // Relaxed: written by the actor on this thread.
+                    if slot.pinned.load(Ordering::Relaxed) != UNPINNED {
+                        sh.slab.yield_queued(index);
+                        sh.inboxes[self.index].push(index);
+                        return;
+                    }
+                    if self.nothing_else_runnable() {
+                        self.tick.set(self.tick.get().wrapping_add(1));
+                        continue;
+                    }
+                    sh.slab.yield_queued(index);
+                    sh.run_queue.push(index);
+                    return;
+                }
+                INTENT_PARK => {
+                    if sh.slab.try_park(index) {
+                        return;
+                    }
+                    // A wake arrived since the actor decided to park: resume it.
+                }
+                INTENT_DONE => {
+                    self.retire(index);
+                    return;
+                }
+                other => unreachable!("smarm: actor switched back with unknown intent {other}"),
+            }
+        }
+    }
+
+    fn retire(&self, index: u32) {
+        let sh = &*self.shared;
+        let cell = sh.slab.slot(index).cell.get();
+        // SAFETY: the actor finished and switched away for good; its stack and task are ours.
+        let was_root = unsafe {
+            let stack = Stack::from_raw((*cell).stack_base, (*cell).stack_len);
+            (*cell).stack_base = 0;
+            (*cell).stack_len = 0;
+            sh.stacks.put(stack);
+            if let Some(t) = (*cell).task.take() {
+                actor::release(t);
+            }
+            (*cell).is_root
+        };
+        sh.slab.mark_done(index);
+        sh.slab.free(index);
+        sh.retired(was_root);
+    }
+
+    fn idle_wait(&self) {
+        let sh = &*self.shared;
+        let inbox = &sh.inboxes[self.index];
+        for _ in 0..IDLE_SPINS {
+            if !sh.run_queue.is_empty() || !inbox.is_empty() {
+                return;
+            }
+            core::hint::spin_loop();
+        }
+        let now = Instant::now();
+        if sh.timers.fire_due(now) > 0 {
+            return;
+        }
+        let has_work = || {
+            !sh.run_queue.is_empty()
+                || !inbox.is_empty()
+                || sh.finished.load(Ordering::Acquire)
+                || sh.timers.due(Instant::now())
+        };
+        if sh.idle.prepare_park(self.index, has_work) {
+            match sh.timers.until_next(now) {
+                Some(d) => std::thread::park_timeout(d.max(Duration::from_micros(1))),
+                None => std::thread::park(),
+            }
+            sh.idle.clear(self.index);
+        }
+    }
+}
+
+/// Body of every scheduler thread (including the one that called `Runtime::run`).
+pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
+    let _alt = AltStack::ensure();
+    shared.register_thread(index);
+    let worker = Worker {
+        index,
+        slice_cycles: shared.config.timeslice_cycles,
+        lifo_run_limit: shared.config.lifo_run_limit,
+        shared,
+        wake_slot: Cell::new(NONE),
+        lifo_runs: Cell::new(0),
+        current: Cell::new(NONE),
+        slice_start: Cell::new(0),
+        tick: Cell::new(0),
+    };
+    set_current_worker(&worker);
+    worker.run_loop();
+    set_current_worker(core::ptr::null());
+}
+
+/// First function on every actor stack (called by the trampoline with the slot).
+pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8) -> ! {
+    // SAFETY: the spawner passed the actor's slot, which lives as long as the runtime.
+    let slot = unsafe { &*(arg as *const Slot) };
+    let cell = slot.cell.get();
+    // Acquire: pairs with the sweep's Release store of the cancel request.
+    let cancelled = (slot.cancel.load(Ordering::Acquire) != CANCEL_NONE).then_some(DownReason::Shutdown);
+    // SAFETY: we are the running actor; the task reference is the control block's.
+    unsafe {
+        let task = (*cell).task.expect("smarm: actor started without a task");
+        actor::run(task, cancelled);
+        (*cell).intent = INTENT_DONE;
+        switch_to_scheduler((*cell).sched_sp);
+    }
+    // A retired actor is never resumed.
+    std::process::abort();
+}
+
+/// Suspends the running actor (on `w`'s thread) with `intent`; returns once resumed,
+/// possibly on another thread. Returns the actor's slot (stable across migration).
+fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
+    let index = w.current.get();
+    // SAFETY: the slab lives as long as the runtime, which outlives its actors; detaching
+    // the lifetime from `w` lets us use the slot after `w` is gone (after migration).
+    let slot: &'static Slot = unsafe { &*(w.shared.slab.slot(index) as *const Slot) };
+    let cell = slot.cell.get();
+    // An unwinding actor must resume on this thread (std's panic count is per thread).
+    let pin = if thread_panicking() { w.index as u32 } else { UNPINNED };
+    // Relaxed: published to wakers by the scheduler's Release state transition.
+    if slot.pinned.load(Ordering::Relaxed) != pin {
+        slot.pinned.store(pin, Ordering::Relaxed);
+    }
+    // SAFETY: we are the running actor; `sched_sp` was written by the switch that resumed us.
+    unsafe {
+        (*cell).intent = intent;
+        switch_to_scheduler((*cell).sched_sp);
+    }
+    #[cfg(debug_assertions)]
+    {
+        let now = current_worker();
+        // SAFETY: the thread we now run on has a live worker.
+        let now = unsafe { &*now };
+        // SAFETY: we are running again; the scheduler that resumed us wrote assigned_thread.
+        let assigned = unsafe { (*cell).assigned_thread };
+        assert_eq!(
+            now.index, assigned,
+            "smarm: actor resumed on thread {} but the scheduler handed it to thread {} \
+             (a thread-local was cached across a switch)",
+            now.index, assigned
+        );
+        assert_eq!(now.current.get(), index, "smarm: resumed actor is not the worker's current actor");
+        if pin != UNPINNED {
+            assert_eq!(now.index as u32, pin, "smarm: an unwinding actor migrated");
+        }
+    }
+    slot
+}
+
+/// Unwinds the running actor if it has been asked to stop, unless it is already unwinding.
+fn check_cancelled(slot: &Slot) {
+    // Acquire: pairs with the Release store of the request.
+    let c = slot.cancel.load(Ordering::Acquire);
+    if c != CANCEL_NONE && !thread_panicking() {
+        std::panic::resume_unwind(Box::new(Cancelled(DownReason::Shutdown)));
+    }
+}
+
+/// The running actor, as `(runtime, pid)`, if called from an actor.
+pub(crate) fn current_actor_pid() -> Option<(*const Shared, Pid)> {
+    let w = current_worker();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null worker pointer is this thread's live worker.
+    let w = unsafe { &*w };
+    w.current_pid().map(|pid| (w.shared_ptr(), pid))
+}
+
+/// Gives other actors a turn; see [`crate::yield_now`].
+pub(crate) fn yield_now() {
+    let w = current_worker();
+    if w.is_null() {
+        std::thread::yield_now();
+        return;
+    }
+    // SAFETY: this thread's live worker; not used after the switch.
+    let w = unsafe { &*w };
+    if !w.running_actor() {
+        std::thread::yield_now();
+        return;
+    }
+    let slot = switch_out(w, INTENT_YIELD);
+    check_cancelled(slot);
+}
+
+/// Blocks the calling actor until woken (or the calling thread until unparked). May return
+/// spuriously: callers re-check their condition.
+pub(crate) fn park_current() {
+    let w = current_worker();
+    if w.is_null() {
+        std::thread::park();
+        return;
+    }
+    // SAFETY: this thread's live worker; not used after the switch.
+    let w = unsafe { &*w };
+    let Some(slot) = w.current_slot() else {
+        std::thread::park();
+        return;
+    };
+    // An actor being shut down while it unwinds must not block on something that may never
+    // come; it yields instead and its caller's loop re-checks.
+    let cancelled = slot.cancel.load(Ordering::Acquire) != CANCEL_NONE;
+    let intent = if cancelled && thread_panicking() { INTENT_YIELD } else { INTENT_PARK };
+    let slot = switch_out(w, intent);
+    check_cancelled(slot);
+}
+
+/// Parks the calling actor for at least `d`; see [`crate::sleep`].
+pub(crate) fn sleep(d: Duration) {
+    let Some((shared, pid)) = current_actor_pid() else {
+        std::thread::sleep(d);
+        return;
+    };
+    if d.is_zero() {
+        yield_now();
+        return;
+    }
+    let deadline = Instant::now() + d;
+    // SAFETY: the runtime outlives its running actor.
+    let sh = unsafe { &*shared };
+    let (key, earliest) = sh.timers.insert(deadline, super::Waiter::Actor { shared, pid });
+    if earliest {
+        // An idle thread may be parked with a later timeout (or none): make one re-arm.
+        sh.wake_one();
+    }
+    struct Cancel<'a>(&'a Shared, crate::timer::TimerKey);
+    impl Drop for Cancel<'_> {
+        fn drop(&mut self) {
+            self.0.timers.cancel(self.1);
+        }
+    }
+    let _cancel = Cancel(sh, key);
+    while Instant::now() < deadline {
+        park_current();
+    }
+}
+
+/// Installs, once per process, the panic hook that names actors and the stack-overflow
+/// handler.
+pub(crate) fn install_process_hooks() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let Some((shared, pid)) = current_actor_pid() else { return prev(info) };
+            // SAFETY: the runtime outlives its running actor.
+            if unsafe { (*shared).config.quiet_panics } {
+                return;
+            }
+            let payload = info.payload();
+            let msg = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(|s| s.as_str()))
+                .unwrap_or("Box<dyn Any>");
+            match info.location() {
+                Some(loc) => eprintln!("smarm: actor {pid} panicked at {loc}:\n{msg}"),
+                None => eprintln!("smarm: actor {pid} panicked:\n{msg}"),
+            }
+        }));
+    });
+    stack::install_overflow_handler(current_guard);
+}
+
+/// For the overflow handler: the guard page and identity of the actor running here.
+fn current_guard() -> Option<(usize, usize, u32, u32, usize)> {
+    let w = current_worker();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: this thread's live worker (the handler runs on the faulting thread).
+    let w = unsafe { &*w };
+    let pid = w.current_pid()?;
+    let cell = w.shared.slab.slot(pid.index()).cell.get();
+    // SAFETY: the running actor's control block; the fields are plain integers.
+    let (base, len) = unsafe { ((*cell).stack_base, (*cell).stack_len) };
+    if len == 0 {
+        return None;
+    }
+    Some((base, base + GUARD_BYTES, pid.index(), pid.generation(), len - GUARD_BYTES))
+}

@@ -1,0 +1,424 @@
+//! The actor slab: `max_actors` slots, one atomic state word per slot, and pids that carry
+//! a generation so a stale pid never reaches a newer actor in the same slot.
+//!
+//! # The state word
+//!
+//! ```text
+//!  63            32 31        4   3          2..0
+//!  +---------------+-----------+----------+--------+
+//!  |  generation   |  unused   | NOTIFIED | state  |
+//!  +---------------+-----------+----------+--------+
+//! ```
+//!
+//! `state` moves `FREE -> QUEUED -> RUNNING -> (QUEUED | PARKED | DONE)`, `PARKED -> QUEUED`,
+//! `DONE -> FREE`. The generation is bumped when a slot is allocated, so the pid handed out
+//! for an occupancy is `(index, generation)` and every operation on a pid first compares the
+//! generation.
+//!
+//! Who may make which transition:
+//! - `FREE -> QUEUED`: the spawner that popped the slot from the free list ([`Slab::alloc`]),
+//!   after writing the control block; Release, paired with the Acquire in [`Slab::claim`].
+//! - `QUEUED -> RUNNING`: the scheduler thread that popped the index from a queue
+//!   ([`Slab::claim`]); it then owns the control block until it gives the actor up.
+//! - `RUNNING -> QUEUED` (yield) / `RUNNING -> PARKED` (park) / `RUNNING -> DONE`: that
+//!   scheduler thread, after the actor switched back to it.
+//! - `PARKED -> QUEUED`: a waker ([`Slab::wake`]); the waker then must enqueue the index.
+//! - `DONE -> FREE`: the scheduler thread, after releasing the stack ([`Slab::free`]).
+//!
+//! The index is enqueued only by whoever made a `-> QUEUED` transition, so every actor is
+//! in at most one queue at a time (the run queue relies on this for its capacity).
+//!
+//! NOTIFIED closes the park/wake race: a wake that finds the actor `QUEUED` or `RUNNING`
+//! sets it instead of enqueueing, and the next park attempt consumes it and returns at once
+//! instead of parking. Yield and resume preserve it. So a wake that arrives between an
+//! actor's "check condition" and its park is never lost.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use crate::actor::ActorCell;
+
+pub(crate) const FREE: u64 = 0;
+pub(crate) const QUEUED: u64 = 1;
+pub(crate) const RUNNING: u64 = 2;
+pub(crate) const PARKED: u64 = 3;
+pub(crate) const DONE: u64 = 4;
+const STATE_MASK: u64 = 0b111;
+pub(crate) const NOTIFIED: u64 = 0b1000;
+const GEN_SHIFT: u32 = 32;
+
+#[inline]
+fn gen_of(word: u64) -> u32 {
+    (word >> GEN_SHIFT) as u32
+}
+#[inline]
+fn state_of(word: u64) -> u64 {
+    word & STATE_MASK
+}
+#[inline]
+fn make(gen: u32, state: u64) -> u64 {
+    ((gen as u64) << GEN_SHIFT) | state
+}
+
+/// An actor's identity: a slot index plus the generation of that slot's occupancy.
+///
+/// Opaque: compare, hash, print and pass it around. Printed Erlang-style as `<0.index.gen>`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pid {
+    index: u32,
+    gen: u32,
+}
+
+impl Pid {
+    pub(crate) fn new(index: u32, gen: u32) -> Pid {
+        Pid { index, gen }
+    }
+    pub(crate) fn index(self) -> u32 {
+        self.index
+    }
+    pub(crate) fn generation(self) -> u32 {
+        self.gen
+    }
+}
+
+impl fmt::Display for Pid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<0.{}.{}>", self.index, self.gen)
+    }
+}
+
+impl fmt::Debug for Pid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// "No thread": the `pinned` value of an actor that may run anywhere.
+pub(crate) const UNPINNED: u32 = u32::MAX;
+
+/// Why an actor is asked to stop (the `cancel` byte of a slot).
+pub(crate) const CANCEL_NONE: u8 = 0;
+pub(crate) const CANCEL_SHUTDOWN: u8 = 1;
+
+pub(crate) struct Slot {
+    /// See the module doc.
+    pub(crate) state: AtomicU64,
+    /// Free-list link (an index, or `u32::MAX` for the end). Only meaningful while FREE.
+    next_free: AtomicU32,
+    /// Non-zero when the actor must unwind at its next runtime call (`CANCEL_*`).
+    pub(crate) cancel: AtomicU8,
+    /// Thread the actor must resume on, or `UNPINNED`. Set by the owning scheduler thread
+    /// before the actor is published as QUEUED/PARKED (so a waker that acquired the state
+    /// transition reads the current value); read by wakers to route the index.
+    pub(crate) pinned: AtomicU32,
+    /// The control block. Accessed only by the thread that owns the actor (the spawner
+    /// before publication, then the scheduler thread that claimed it and the actor itself
+    /// while it runs there).
+    pub(crate) cell: core::cell::UnsafeCell<ActorCell>,
+}
+
+/// Outcome of [`Slab::wake`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The actor was parked and is now QUEUED: the caller must enqueue it.
+    Enqueue,
+    /// Running or queued: NOTIFIED was set (or already was); nothing to enqueue.
+    Notified,
+    /// Stale pid, free or finished actor: nothing happened.
+    Gone,
+}
+
+/// Free-list head: index in the low 32 bits, an ABA tag in the high 32 bits.
+const NIL: u32 = u32::MAX;
+
+pub(crate) struct Slab {
+    slots: Box<[Slot]>,
+    /// Treiber stack of freed slots (LIFO: a recently freed slot's control block is warm).
+    free_head: AtomicU64,
+    /// Slots `[0, fresh)` have been handed out at least once; `fresh` only grows (it may
+    /// overshoot `len` under contention; readers clamp).
+    fresh: AtomicU64,
+}
+
+// SAFETY: `cell` is accessed only under the ownership protocol in the module doc; all other
+// fields are atomics.
+unsafe impl Sync for Slab {}
+// SAFETY: as above.
+unsafe impl Send for Slab {}
+
+impl Slab {
+    /// Maximum slab size accepted by the builder.
+    pub(crate) const MAX: usize = 1 << 24;
+
+    pub(crate) fn new(len: usize) -> Slab {
+        assert!(len > 0 && len <= Self::MAX);
+        Slab { slots: zeroed_slots(len), free_head: AtomicU64::new(NIL as u64), fresh: AtomicU64::new(0) }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    #[inline]
+    pub(crate) fn slot(&self, index: u32) -> &Slot {
+        &self.slots[index as usize]
+    }
+
+    /// Slots that were ever handed out: the root-exit sweep looks only at these.
+    pub(crate) fn high_water(&self) -> usize {
+        // Acquire: pairs with the AcqRel fetch_add in `alloc`, so every slot below the
+        // returned mark has been claimed by its spawner.
+        (self.fresh.load(Ordering::Acquire) as usize).min(self.slots.len())
+    }
+
+    /// Takes a free slot and returns `(index, new generation)`. The slot stays FREE (with
+    /// the new generation not yet visible) until [`Slab::publish_queued`].
+    pub(crate) fn alloc(&self) -> Option<(u32, u32)> {
+        let index = self.pop_free().or_else(|| {
+            // AcqRel: see `high_water`.
+            let i = self.fresh.fetch_add(1, Ordering::AcqRel);
+            if (i as usize) < self.slots.len() {
+                Some(i as u32)
+            } else {
+                // Lost the race for the last fresh slots; a slot may have been freed since.
+                self.pop_free()
+            }
+        })?;
+        // Relaxed: the slot is FREE and exclusively ours; the generation is published with
+        // the Release store in `publish_queued`.
+        let gen = gen_of(self.slot(index).state.load(Ordering::Relaxed)).wrapping_add(1).max(1);
+        Some((index, gen))
+    }
+
+    /// Undoes an `alloc` whose spawn failed before publication.
+    pub(crate) fn unalloc(&self, index: u32) {
+        self.push_free(index);
+    }
+
+    /// FREE -> QUEUED with the new generation: the actor becomes visible. The caller then
+    /// enqueues the index.
+    pub(crate) fn publish_queued(&self, index: u32, gen: u32) {
+        // Release: publishes the control block written by the spawner to the scheduler
+        // that claims the slot (Acquire in `claim`) and to the shutdown sweep.
+        self.slot(index).state.store(make(gen, QUEUED), Ordering::Release);
+    }
+
+    /// QUEUED -> RUNNING for the thread that popped `index` from a queue.
+    #[inline]
+    pub(crate) fn claim(&self, index: u32) {
+        // Acquire: pairs with the Release of whoever made the QUEUED transition (spawner,
+        // waker's RMW continuing the parker's release sequence, or the previous scheduler's
+        // yield), so the control block is ours to read. An RMW because wakers may
+        // concurrently set NOTIFIED, which must survive.
+        let prev = self.slot(index).state.fetch_add(RUNNING - QUEUED, Ordering::Acquire);
+        debug_assert_eq!(state_of(prev), QUEUED, "claimed an actor that was not queued");
+    }
+
+    /// RUNNING -> QUEUED (yield). The caller then enqueues the index.
+    #[inline]
+    pub(crate) fn yield_queued(&self, index: u32) {
+        // Release: hands the control block to the next claimer.
+        let prev = self.slot(index).state.fetch_sub(RUNNING - QUEUED, Ordering::Release);
+        debug_assert_eq!(state_of(prev), RUNNING);
+    }
+
+    /// RUNNING -> PARKED, unless NOTIFIED is set: then the flag is consumed, the actor stays
+    /// RUNNING and `false` is returned (the caller resumes it at once).
+    #[inline]
+    pub(crate) fn try_park(&self, index: u32) -> bool {
+        let state = &self.slot(index).state;
+        // Relaxed: only this thread writes the state bits of a RUNNING actor; wakers only
+        // add NOTIFIED, which the CAS below will see if it races.
+        let cur = state.load(Ordering::Relaxed);
+        debug_assert_eq!(state_of(cur), RUNNING);
+        if cur & NOTIFIED != 0 {
+            state.fetch_and(!NOTIFIED, Ordering::Acquire);
+            return false;
+        }
+        let parked = (cur & !STATE_MASK) | PARKED;
+        // Release: hands the control block to the waker's RMW and from there to the next
+        // claimer. Failure: a wake set NOTIFIED meanwhile.
+        match state.compare_exchange(cur, parked, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => true,
+            Err(_) => {
+                // Acquire: pairs with the waker's Release, so what it wrote before waking us
+                // is visible when the actor resumes.
+                state.fetch_and(!NOTIFIED, Ordering::Acquire);
+                false
+            }
+        }
+    }
+
+    /// RUNNING -> DONE: the actor finished; wakes for this generation become no-ops.
+    pub(crate) fn mark_done(&self, index: u32) {
+        let state = &self.slot(index).state;
+        // Relaxed load: we own the RUNNING actor's state bits.
+        let gen = gen_of(state.load(Ordering::Relaxed));
+        // Release: orders the actor's last writes before anyone who sees DONE.
+        state.store(make(gen, DONE), Ordering::Release);
+    }
+
+    /// DONE -> FREE and back on the free list.
+    pub(crate) fn free(&self, index: u32) {
+        let state = &self.slot(index).state;
+        let gen = gen_of(state.load(Ordering::Relaxed));
+        // Relaxed: the generation stays; the free-list push below releases the slot.
+        state.store(make(gen, FREE), Ordering::Relaxed);
+        self.push_free(index);
+    }
+
+    /// Wakes the actor `pid` if it is still that occupancy. See [`Wake`].
+    pub(crate) fn wake(&self, pid: Pid) -> Wake {
+        let Some(slot) = self.slots.get(pid.index as usize) else { return Wake::Gone };
+        // Acquire: to observe the parker's Release (PARKED) before our RMW continues it.
+        let mut cur = slot.state.load(Ordering::Acquire);
+        loop {
+            if gen_of(cur) != pid.gen {
+                return Wake::Gone;
+            }
+            let next = match state_of(cur) {
+                PARKED => (cur & !STATE_MASK) | QUEUED,
+                QUEUED | RUNNING if cur & NOTIFIED == 0 => cur | NOTIFIED,
+                QUEUED | RUNNING => return Wake::Notified,
+                _ => return Wake::Gone,
+            };
+            // AcqRel: Release publishes what the waker wrote before waking (the actor reads
+            // it when it resumes); Acquire keeps the PARKED hand-over chain intact.
+            match slot.state.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) if state_of(cur) == PARKED => return Wake::Enqueue,
+                Ok(_) => return Wake::Notified,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Whether `pid` is a live occupancy (not FREE or DONE, same generation). A snapshot.
+    #[allow(dead_code)] // used by tests now, by monitors with the process milestone
+    pub(crate) fn is_live(&self, pid: Pid) -> bool {
+        self.slots.get(pid.index as usize).is_some_and(|s| {
+            let w = s.state.load(Ordering::Acquire);
+            gen_of(w) == pid.gen && matches!(state_of(w), QUEUED | RUNNING | PARKED)
+        })
+    }
+
+    /// The live pid in slot `index`, if any (used by the shutdown sweep).
+    pub(crate) fn live_pid(&self, index: u32) -> Option<Pid> {
+        // Acquire: pairs with `publish_queued`.
+        let w = self.slot(index).state.load(Ordering::Acquire);
+        matches!(state_of(w), QUEUED | RUNNING | PARKED).then(|| Pid::new(index, gen_of(w)))
+    }
+
+    fn pop_free(&self) -> Option<u32> {
+        // Acquire: pairs with the Release in `push_free`, so the link we read is the one
+        // written by the pusher.
+        let mut head = self.free_head.load(Ordering::Acquire);
+        loop {
+            let index = head as u32;
+            if index == NIL {
+                return None;
+            }
+            // A stale `head` may make this read a link of a slot that was popped and pushed
+            // again meanwhile; the tag in the CAS below then fails, so the value is unused.
+            let next = self.slot(index).next_free.load(Ordering::Relaxed);
+            let tag = (head >> 32).wrapping_add(1);
+            match self.free_head.compare_exchange_weak(
+                head,
+                (tag << 32) | next as u64,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(index),
+                Err(cur) => head = cur,
+            }
+        }
+    }
+
+    fn push_free(&self, index: u32) {
+        let mut head = self.free_head.load(Ordering::Relaxed);
+        loop {
+            self.slot(index).next_free.store(head as u32, Ordering::Relaxed);
+            let tag = (head >> 32).wrapping_add(1);
+            // Release: publishes our `next_free` write and the slot's FREE state.
+            match self.free_head.compare_exchange_weak(
+                head,
+                (tag << 32) | index as u64,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(cur) => head = cur,
+            }
+        }
+    }
+}
+
+fn zeroed_slots(len: usize) -> Box<[Slot]> {
+    use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
+    let layout = Layout::array::<Slot>(len).expect("slab size overflows");
+    // SAFETY: every field of `Slot` is valid as all-zero bytes: atomics (FREE, generation 0,
+    // link 0, no cancel, pinned 0 which is overwritten before use), and `ActorCell`, whose
+    // doc states that all-zero is its empty value. The allocation has the layout of
+    // `[Slot; len]`. Large allocations come from fresh mmap'd pages, so building a runtime
+    // costs no initialisation pass over the slab.
+    unsafe {
+        let p = alloc_zeroed(layout) as *mut Slot;
+        if p.is_null() {
+            handle_alloc_error(layout);
+        }
+        Box::from_raw(core::ptr::slice_from_raw_parts_mut(p, len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generations_make_stale_pids_inert() {
+        let slab = Slab::new(4);
+        let (i, g) = slab.alloc().unwrap();
+        slab.publish_queued(i, g);
+        let old = Pid::new(i, g);
+        slab.claim(i);
+        slab.mark_done(i);
+        slab.free(i);
+        let (i2, g2) = slab.alloc().unwrap();
+        assert_eq!(i2, i, "LIFO free list reuses the slot");
+        assert_ne!(g2, g);
+        slab.publish_queued(i2, g2);
+        assert_eq!(slab.wake(old), Wake::Gone);
+        assert!(!slab.is_live(old));
+        assert!(slab.is_live(Pid::new(i2, g2)));
+    }
+
+    #[test]
+    fn wake_park_race_is_never_lost() {
+        let slab = Slab::new(1);
+        let (i, g) = slab.alloc().unwrap();
+        slab.publish_queued(i, g);
+        let pid = Pid::new(i, g);
+        slab.claim(i);
+        // wake arrives while running: park must not park
+        assert_eq!(slab.wake(pid), Wake::Notified);
+        assert_eq!(slab.wake(pid), Wake::Notified);
+        assert!(!slab.try_park(i));
+        // now it can park, and a wake enqueues exactly once
+        assert!(slab.try_park(i));
+        assert_eq!(slab.wake(pid), Wake::Enqueue);
+        assert_eq!(slab.wake(pid), Wake::Notified);
+        slab.claim(i);
+        // NOTIFIED survives yield + claim
+        slab.yield_queued(i);
+        slab.claim(i);
+        assert!(!slab.try_park(i));
+    }
+
+    #[test]
+    fn full_slab_reports_none() {
+        let slab = Slab::new(2);
+        assert!(slab.alloc().is_some());
+        assert!(slab.alloc().is_some());
+        assert!(slab.alloc().is_none());
+        assert_eq!(slab.high_water(), 2);
+    }
+}

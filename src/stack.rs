@@ -1,0 +1,372 @@
+//! Actor stacks: mmap'd regions with a guard page below, a bounded pool of warm stacks, and
+//! the handler that turns a guard-page fault into a clear message.
+//!
+//! # Layout
+//!
+//! ```text
+//!  base                 base + GUARD                                  base + len = top
+//!  | guard page (no access) | usable stack, grows downwards  <------------------ |
+//! ```
+//!
+//! Memory is mapped `MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE`: the kernel commits pages
+//! only when the actor touches them, so a parked actor costs the pages its frames used.
+//!
+//! # Guard pages
+//!
+//! On Linux >= 6.13 the guard is installed with `madvise(MADV_GUARD_INSTALL)`, which marks
+//! page-table entries and does not split the mapping: neighbouring stacks stay one kernel
+//! memory map, so a million guarded stacks fit under `vm.max_map_count`. Older kernels
+//! reject the advice with `EINVAL`; smarm then falls back to `mprotect(PROT_NONE)`, where
+//! each stack costs two maps. When mapping fails, the error names the limit and the sysctl.
+//!
+//! # Pool
+//!
+//! [`StackPool`] keeps at most `max_warm` released stacks for reuse (a spawn then does no
+//! syscall and deep actors find their pages resident); stacks released beyond that bound
+//! are unmapped, so RSS falls back after a burst.
+//!
+//! # Overflow
+//!
+//! [`install_overflow_handler`] installs (once per process) a `SIGSEGV`/`SIGBUS` handler
+//! that runs on an alternate signal stack ([`AltStack`], one per scheduler thread). If the
+//! faulting address is in the guard page of the actor running on that thread it prints
+//! `smarm: actor <pid> overflowed its N KiB stack` and aborts, like std does for threads;
+//! any other fault is passed to the previously installed handler (std's own, or the
+//! default action).
+
+use std::io;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Once;
+
+use parking_lot::Mutex;
+
+/// Size of the guard region below every stack.
+pub(crate) const GUARD_BYTES: usize = 4096;
+const PAGE: usize = 4096;
+
+/// `MADV_GUARD_INSTALL` (include/uapi/asm-generic/mman-common.h, Linux 6.13).
+const MADV_GUARD_INSTALL: libc::c_int = 102;
+
+/// How guards are installed: probed on first use.
+/// 0 = unknown, 1 = madvise(MADV_GUARD_INSTALL), 2 = mprotect.
+static GUARD_METHOD: AtomicU8 = AtomicU8::new(0);
+const GUARD_UNKNOWN: u8 = 0;
+const GUARD_MADVISE: u8 = 1;
+const GUARD_MPROTECT: u8 = 2;
+
+/// One mapped stack with its guard page. Unmapped on drop.
+pub(crate) struct Stack {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a Stack is exclusively owned memory; nothing in it is tied to a thread.
+unsafe impl Send for Stack {}
+
+impl Stack {
+    /// Maps a stack with `usable` bytes (rounded up to whole pages) above a guard page.
+    pub(crate) fn new(usable: usize) -> io::Result<Stack> {
+        let usable = usable.div_ceil(PAGE) * PAGE;
+        let len = usable + GUARD_BYTES;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing; no
+        // existing memory is affected.
+        let base = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(map_error(io::Error::last_os_error(), "mmap"));
+        }
+        let stack = Stack { base: base as *mut u8, len };
+        install_guard(stack.base)?; // on error `stack` is dropped and unmapped
+        Ok(stack)
+    }
+
+    /// One past the highest usable byte (16-byte aligned).
+    pub(crate) fn top(&self) -> *mut u8 {
+        // SAFETY: base + len is the end of our own mapping.
+        unsafe { self.base.add(self.len) }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: we own the mapping [base, base+len) and nothing references it any more
+        // (the actor that ran on it is done or never started).
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+fn install_guard(base: *mut u8) -> io::Result<()> {
+    let mut method = GUARD_METHOD.load(Ordering::Relaxed);
+    if method != GUARD_MPROTECT {
+        // SAFETY: the first page of our own fresh mapping.
+        let rc = unsafe { libc::madvise(base as *mut libc::c_void, GUARD_BYTES, MADV_GUARD_INSTALL) };
+        if rc == 0 {
+            if method == GUARD_UNKNOWN {
+                // Relaxed: a cache of a probe result; racing probes store the same value.
+                GUARD_METHOD.store(GUARD_MADVISE, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINVAL) {
+            return Err(map_error(err, "madvise(MADV_GUARD_INSTALL)"));
+        }
+        // Kernel older than 6.13: fall back for good.
+        GUARD_METHOD.store(GUARD_MPROTECT, Ordering::Relaxed);
+        method = GUARD_MPROTECT;
+    }
+    debug_assert_eq!(method, GUARD_MPROTECT);
+    // SAFETY: the first page of our own mapping.
+    let rc = unsafe { libc::mprotect(base as *mut libc::c_void, GUARD_BYTES, libc::PROT_NONE) };
+    if rc != 0 {
+        return Err(map_error(io::Error::last_os_error(), "mprotect(guard page)"));
+    }
+    Ok(())
+}
+
+/// Adds the likely cause to a mapping failure: ENOMEM from mmap/mprotect is either memory or
+/// the per-process map limit.
+fn map_error(err: io::Error, what: &str) -> io::Error {
+    if err.raw_os_error() == Some(libc::ENOMEM) {
+        let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "?".into());
+        io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!(
+                "smarm: {what} for an actor stack failed: out of memory or out of memory maps \
+                 (vm.max_map_count = {limit}; raise it with `sysctl -w vm.max_map_count=N`, \
+                 or lower max_actors/stack_size)"
+            ),
+        )
+    } else {
+        io::Error::new(err.kind(), format!("smarm: {what} for an actor stack failed: {err}"))
+    }
+}
+
+/// Which guard mechanism is in use ("madvise", "mprotect" or "unknown" before the first stack).
+pub fn guard_method() -> &'static str {
+    match GUARD_METHOD.load(Ordering::Relaxed) {
+        GUARD_MADVISE => "madvise(MADV_GUARD_INSTALL)",
+        GUARD_MPROTECT => "mprotect",
+        _ => "unknown",
+    }
+}
+
+/// A bounded pool of equally sized stacks.
+pub(crate) struct StackPool {
+    usable: usize,
+    max_warm: usize,
+    warm: Mutex<Vec<Stack>>,
+}
+
+impl StackPool {
+    pub(crate) fn new(usable: usize, max_warm: usize) -> StackPool {
+        StackPool { usable, max_warm, warm: Mutex::new(Vec::new()) }
+    }
+
+    /// A stack from the pool, or a fresh mapping.
+    pub(crate) fn get(&self) -> io::Result<Stack> {
+        if let Some(s) = self.warm.lock().pop() {
+            return Ok(s);
+        }
+        Stack::new(self.usable)
+    }
+
+    /// Returns a stack; beyond `max_warm` it is unmapped.
+    pub(crate) fn put(&self, stack: Stack) {
+        let mut warm = self.warm.lock();
+        if warm.len() < self.max_warm {
+            warm.push(stack);
+            return;
+        }
+        drop(warm);
+        drop(stack);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Overflow handler
+// ------------------------------------------------------------------------------------------
+
+/// The actor running on this thread, as the overflow handler sees it. Provided by the
+/// runtime; returns `(guard_lo, guard_hi, pid_index, pid_generation, usable_bytes)`.
+pub(crate) type CurrentGuardFn = fn() -> Option<(usize, usize, u32, u32, usize)>;
+
+static INSTALL: Once = Once::new();
+static mut PREV_SEGV: core::mem::MaybeUninit<libc::sigaction> = core::mem::MaybeUninit::zeroed();
+static mut PREV_BUS: core::mem::MaybeUninit<libc::sigaction> = core::mem::MaybeUninit::zeroed();
+static mut CURRENT_GUARD: Option<CurrentGuardFn> = None;
+
+/// Installs the SIGSEGV/SIGBUS handler once per process.
+pub(crate) fn install_overflow_handler(current: CurrentGuardFn) {
+    INSTALL.call_once(|| {
+        // SAFETY: runs once, before any handler that reads these statics is installed; the
+        // handler only reads them after `sigaction` below publishes it.
+        unsafe {
+            CURRENT_GUARD = Some(current);
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = overflow_handler as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGSEGV, &sa, (&raw mut PREV_SEGV).cast());
+            libc::sigaction(libc::SIGBUS, &sa, (&raw mut PREV_BUS).cast());
+        }
+    });
+}
+
+extern "C" fn overflow_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    // SAFETY: CURRENT_GUARD is written once before the handler is installed.
+    let current = unsafe { CURRENT_GUARD };
+    if let Some((lo, hi, idx, gen, usable)) = current.and_then(|f| f()) {
+        if addr >= lo && addr < hi {
+            report_overflow(idx, gen, usable / 1024);
+        }
+    }
+    // Not ours: hand the fault to whoever was installed before us.
+    // SAFETY: PREV_* were filled by the sigaction calls that installed this handler.
+    let prev = unsafe {
+        if sig == libc::SIGBUS {
+            (*(&raw const PREV_BUS)).assume_init_read()
+        } else {
+            (*(&raw const PREV_SEGV)).assume_init_read()
+        }
+    };
+    if prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN {
+        // Restore the default action and return: the faulting instruction runs again and
+        // the kernel applies the default (core dump), exactly as if we were never here.
+        // SAFETY: resetting a signal disposition is async-signal-safe.
+        unsafe {
+            let mut dfl: libc::sigaction = core::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &dfl, core::ptr::null_mut());
+        }
+    } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler was installed for SA_SIGINFO with this signature.
+        unsafe {
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                core::mem::transmute(prev.sa_sigaction);
+            f(sig, info, ctx);
+        }
+    } else {
+        // SAFETY: the previous handler was installed without SA_SIGINFO.
+        unsafe {
+            let f: extern "C" fn(libc::c_int) = core::mem::transmute(prev.sa_sigaction);
+            f(sig);
+        }
+    }
+}
+
+/// Prints the overflow message with async-signal-safe calls only, then aborts.
+fn report_overflow(idx: u32, gen: u32, kib: usize) -> ! {
+    let mut buf = [0u8; 128];
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        let k = bytes.len().min(buf.len() - n);
+        buf[n..n + k].copy_from_slice(&bytes[..k]);
+        n += k;
+    };
+    let mut num = [0u8; 20];
+    put(b"smarm: actor <0.");
+    put(fmt_u64(idx as u64, &mut num));
+    put(b".");
+    put(fmt_u64(gen as u64, &mut num));
+    put(b"> overflowed its ");
+    put(fmt_u64(kib as u64, &mut num));
+    put(b" KiB stack\n");
+    // SAFETY: write(2) and abort(3) are async-signal-safe; `buf[..n]` is initialised.
+    unsafe {
+        libc::write(2, buf.as_ptr() as *const libc::c_void, n);
+        libc::abort();
+    }
+}
+
+fn fmt_u64(mut v: u64, out: &mut [u8; 20]) -> &[u8] {
+    let mut i = out.len();
+    loop {
+        i -= 1;
+        out[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    &out[i..]
+}
+
+/// An alternate signal stack for one scheduler thread, so the overflow handler can run
+/// when the actor stack itself is exhausted. Installed only if the thread has none
+/// (std installs one on threads it spawns when its own handler is active); removed on drop.
+pub(crate) struct AltStack {
+    mapping: Option<(*mut libc::c_void, usize)>,
+}
+
+impl AltStack {
+    const SIZE: usize = 64 * 1024;
+
+    pub(crate) fn ensure() -> AltStack {
+        // SAFETY: querying the current thread's alternate stack.
+        unsafe {
+            let mut old: libc::stack_t = core::mem::zeroed();
+            libc::sigaltstack(core::ptr::null(), &mut old);
+            if old.ss_flags & libc::SS_DISABLE == 0 {
+                return AltStack { mapping: None };
+            }
+            let p = libc::mmap(
+                core::ptr::null_mut(),
+                Self::SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return AltStack { mapping: None }; // no altstack: an overflow then dies of SIGSEGV
+            }
+            let st = libc::stack_t { ss_sp: p, ss_flags: 0, ss_size: Self::SIZE };
+            libc::sigaltstack(&st, core::ptr::null_mut());
+            AltStack { mapping: Some((p, Self::SIZE)) }
+        }
+    }
+}
+
+impl Drop for AltStack {
+    fn drop(&mut self) {
+        if let Some((p, len)) = self.mapping {
+            // SAFETY: we installed this altstack on this thread (AltStack is !Send because of
+            // the raw pointer) and we are not running on it; disable it, then unmap it.
+            unsafe {
+                let st = libc::stack_t { ss_sp: core::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
+                libc::sigaltstack(&st, core::ptr::null_mut());
+                libc::munmap(p, len);
+            }
+        }
+    }
+}
+
+impl Stack {
+    /// Gives up ownership, returning `(base, len)` for storage in a zero-initialisable
+    /// control block. `(0, 0)` is never a valid stack.
+    pub(crate) fn into_raw(self) -> (usize, usize) {
+        let me = core::mem::ManuallyDrop::new(self);
+        (me.base as usize, me.len)
+    }
+
+    /// Re-owns a stack given up with [`Stack::into_raw`].
+    ///
+    /// # Safety
+    /// `(base, len)` must come from `into_raw` and not have been re-owned since.
+    pub(crate) unsafe fn from_raw(base: usize, len: usize) -> Stack {
+        Stack { base: base as *mut u8, len }
+    }
+}
