@@ -197,6 +197,7 @@ mod api {
     #[doc(hidden)]
     pub mod __private {
         pub use crate::context::raw_switch_pair_ticks;
+        pub use crate::runtime::worker::scheduler_assigned_thread;
         pub use crate::preempt::rdtsc;
         pub use crate::stack::guard_method;
     }
