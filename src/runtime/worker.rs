@@ -497,7 +497,7 @@ fn current_guard() -> Option<(usize, usize, u32, u32, usize)> {
 /// The scheduler thread index recorded in the running actor's control block by the
 /// scheduler that resumed it (the scheduler's notion of where the actor runs), for tests
 /// that compare it with [`current_worker`]'s (the thread-local's notion).
-pub(crate) fn scheduler_assigned_thread() -> Option<usize> {
+pub fn scheduler_assigned_thread() -> Option<usize> {
     let w = current_worker();
     if w.is_null() {
         return None;
