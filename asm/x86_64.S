@@ -4,27 +4,33 @@
 // A suspended context (actor or scheduler) is fully described by one stack pointer,
 // the *saved sp*. At the saved sp the stack holds, from low to high addresses:
 //
-//     saved sp + 0   MXCSR (4 bytes) | x87 control word (2 bytes) | 2 bytes unused
-//     saved sp + 8   r15
-//     saved sp + 16  r14
-//     saved sp + 24  r13
-//     saved sp + 32  r12
-//     saved sp + 40  rbx
-//     saved sp + 48  rbp
-//     saved sp + 56  return address (where the context resumes)
+//     saved sp + 0   r15
+//     saved sp + 8   r14
+//     saved sp + 16  r13
+//     saved sp + 24  r12
+//     saved sp + 32  rbx
+//     saved sp + 40  rbp
+//     saved sp + 48  return address (where the context resumes)
 //
-// These are exactly the registers and control state the SysV ABI makes callee-saved:
-// rbx, rbp, r12-r15, rsp (implicitly: it *is* the saved sp), the MXCSR control bits and
-// the x87 control word. Everything else is caller-saved, so the compiler has already
-// spilled whatever it needs across the `call` that brought us here.
+// These are the general-purpose registers the SysV ABI makes callee-saved (rsp is the
+// saved sp itself). Everything else is caller-saved, so the compiler has already spilled
+// whatever it needs across the `call` that brought us here.
 //
-// Alignment: on entry to a switch function rsp = 8 (mod 16) (the caller's `call` pushed the
-// return address onto a 16-aligned stack). Six pushes (48 bytes) and `sub rsp, 8` make the
-// saved sp 16-aligned, which the fresh-stack layout in context.rs reproduces.
+// The ABI also makes the MXCSR control bits and the x87 control word callee-saved. They
+// are handled by the scheduler (src/runtime/worker.rs, helpers in src/context.rs), not
+// here: on this machine (AMD Zen 4) `stmxcsr` alone costs ~20 rdtsc ticks, so saving it on
+// every switch would cost more than the whole rest of a switch pair. The scheduler reads an
+// actor's control state only when the actor leaves the thread's registers to someone else,
+// and loads one only when it differs; see "Floating-point control state" in context.rs.
 //
-// Both directions share `smarm_restore_and_return`: it reloads the control state (only
-// when it differs, see below), pops the six registers and `ret`s. Every switch is thus a
-// `call` matched by a `ret`, which keeps the return-address predictor aligned.
+// Return-address predictor: both directions end with `pop rcx; jmp rcx`, not `ret`.
+// A `ret` here would pop the return-stack-buffer entry pushed by the *other* side's `call`
+// (a different stack, a different call site), so every switch would mispredict. Measured
+// with benches/switch_cost.rs on this machine: raw switch pair 88 ticks with `ret`,
+// 12 ticks with `pop; jmp` (outputs/history.md, finding 2). The indirect jump is predicted
+// by the branch target buffer, which learns the resume sites; the `call` into a switch
+// leaves one entry on the return stack buffer that no `ret` consumes, which the circular
+// buffer simply overwrites.
 
     .text
 
@@ -54,15 +60,18 @@ smarm_switch_to_actor:
     .cfi_adjust_cfa_offset 8
     push r15
     .cfi_adjust_cfa_offset 8
-    sub rsp, 8                      // slot for MXCSR + x87 control word
-    .cfi_adjust_cfa_offset 8
-    stmxcsr [rsp]                   // save MXCSR (control + status bits)
-    fnstcw [rsp + 4]                // save x87 control word (no pending-exception check)
     mov [rsi], rsp                  // *sched_sp_out = scheduler's saved sp
     mov rsp, rdi                    // switch stacks: rsp = actor's saved sp
-    // From here the CFI above no longer describes the stack we are on; the code below is a
-    // shared tail that only pops and returns, so no unwinder ever needs to stop in it.
-    jmp smarm_restore_and_return
+    // From here the CFI above no longer describes the stack we are on; the tail only pops
+    // and returns, so no unwinder ever needs to stop in it.
+    pop r15                         // actor's callee-saved GPRs, reverse of the push order
+    pop r14
+    pop r13
+    pop r12
+    pop rbx
+    pop rbp
+    pop rcx                         // the actor's resume address (or the trampoline)
+    jmp rcx                         // resume it (indirect jump; see "Return-address predictor")
     .cfi_endproc
     .size smarm_switch_to_actor, . - smarm_switch_to_actor
 
@@ -92,64 +101,24 @@ smarm_switch_to_scheduler:
     .cfi_adjust_cfa_offset 8
     push r15
     .cfi_adjust_cfa_offset 8
-    sub rsp, 8
-    .cfi_adjust_cfa_offset 8
-    stmxcsr [rsp]                   // the actor's floating-point mode travels with it
-    fnstcw [rsp + 4]
     mov rax, rsp                    // rax = actor's saved sp: the scheduler's return value
     mov rsp, rdi                    // switch stacks: rsp = scheduler's saved sp
-    jmp smarm_restore_and_return
-    .cfi_endproc
-    .size smarm_switch_to_scheduler, . - smarm_switch_to_scheduler
-
-// ---------------------------------------------------------------------------------------
-// Shared tail: rsp points at a saved context (layout above). Restores it and returns into
-// it. Clobbers only ecx and edx (caller-saved, not the return register rax).
-//
-// ldmxcsr and fldcw are microcoded and cost far more than a compare, and the control
-// state almost never differs between two contexts, so each is reloaded only when the
-// *control* part differs. MXCSR bits 0-5 are sticky exception status flags, which the ABI
-// leaves caller-saved; comparing them would reload on nearly every switch after any
-// inexact float operation, so they are masked out of the compare (mask 0xFFC0 = DAZ,
-// exception masks, rounding control, FZ).
-// ---------------------------------------------------------------------------------------
-    .p2align 4
-    .type smarm_restore_and_return,@function
-smarm_restore_and_return:
-    stmxcsr [rsp - 8]               // current MXCSR, into the red zone (signal-safe: the
-                                    // kernel skips 128 bytes below rsp)
-    mov ecx, [rsp - 8]
-    xor ecx, [rsp]                  // bits that differ from the saved MXCSR
-    test ecx, 0xFFC0                // ... in the control part?
-    jnz 2f
-1:
-    fnstcw [rsp - 8]                // current x87 control word
-    movzx ecx, word ptr [rsp - 8]
-    movzx edx, word ptr [rsp + 4]   // saved x87 control word
-    cmp ecx, edx
-    jne 4f
-3:
-    add rsp, 8                      // drop the control-state slot
-    pop r15                         // callee-saved GPRs, reverse of the push order
+    pop r15                         // scheduler's callee-saved GPRs
     pop r14
     pop r13
     pop r12
     pop rbx
     pop rbp
-    ret                             // resume at the saved return address
-2:
-    ldmxcsr [rsp]                   // rare: the two contexts use different FP modes
-    jmp 1b
-4:
-    fldcw [rsp + 4]
-    jmp 3b
-    .size smarm_restore_and_return, . - smarm_restore_and_return
+    pop rcx                         // the scheduler's resume address
+    jmp rcx                         // back into the scheduler's smarm_switch_to_actor call site
+    .cfi_endproc
+    .size smarm_switch_to_scheduler, . - smarm_switch_to_scheduler
 
 // ---------------------------------------------------------------------------------------
 // First entry of a fresh actor stack. context.rs lays out a fake saved context whose return
 // address is this trampoline, with rbx = the entry argument and r12 = the entry function.
-// `smarm_restore_and_return` pops them and `ret`s here with rsp 16-aligned, so the `call`
-// below enters the entry function with the ABI's alignment.
+// The switch pops them and `ret`s here with rsp 16-aligned, so the `call` below enters the
+// entry function with the ABI's alignment.
 //
 // CFI: `.cfi_undefined rip` declares that this frame has no caller. Unwinders
 // (libgcc/libunwind, hence std::backtrace and panics) and debuggers stop here cleanly

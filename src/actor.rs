@@ -57,6 +57,9 @@ pub(crate) struct ActorCell {
     pub(crate) no_preempt: u32,
     /// Scheduler thread index that resumed the actor last (debug migration check).
     pub(crate) assigned_thread: usize,
+    /// The actor's saved floating-point control state (see `context`), valid while the
+    /// actor is not live in some thread's registers.
+    pub(crate) fp: crate::context::FpControl,
 }
 
 /// Type-erased header at offset 0 of every `Task<F, T>`.

@@ -10,15 +10,14 @@
 //!
 //! ```text
 //!  high addresses
-//!  +--------------------------+ <- saved sp + 64
+//!  +--------------------------+ <- saved sp + 56
 //!  | return address           |    where the context resumes (`ret`)
 //!  | rbp                      |
 //!  | rbx                      |
 //!  | r12                      |
 //!  | r13                      |
 //!  | r14                      |
-//!  | r15                      |
-//!  | MXCSR | x87 CW | unused  | <- saved sp (16-byte aligned)
+//!  | r15                      | <- saved sp
 //!  +--------------------------+
 //!  low addresses
 //! ```
@@ -30,19 +29,40 @@
 //!
 //! ```text
 //!  top (16-aligned, end of the mapping)
-//!  top-8   smarm_actor_trampoline   <- popped by `ret`; rsp becomes `top`
+//!  top-8   smarm_actor_trampoline   <- popped by `ret`; rsp becomes `top` (16-aligned)
 //!  top-16  rbp = 0
 //!  top-24  rbx = entry argument     -> moved to rdi by the trampoline
 //!  top-32  r12 = entry function     -> called by the trampoline
 //!  top-40  r13 = 0
 //!  top-48  r14 = 0
-//!  top-56  r15 = 0
-//!  top-64  MXCSR 0x1F80 | x87 CW 0x037F (the ABI's initial floating-point modes)
-//!          <- initial saved sp
+//!  top-56  r15 = 0                  <- initial saved sp
 //! ```
 //!
 //! The trampoline's CFI marks the return address as undefined, so unwinders and debuggers
 //! stop at the actor's entry function instead of walking off the top of the stack.
+//!
+//! Both switch directions resume the other side with `pop rcx; jmp rcx` rather than `ret`
+//! (see the header of `asm/x86_64.S` for why and what it measured).
+//!
+//! # Floating-point control state
+//!
+//! The SysV ABI makes the MXCSR control bits and the x87 control word callee-saved, and an
+//! actor that sets a rounding mode must neither leak it to the next actor nor lose it when
+//! it migrates. Measured on this machine (AMD Zen 4, rdtsc ticks, `outputs/history.md`):
+//! `stmxcsr` ~20, `fnstcw` ~2.5, `ldmxcsr` of a different value ~69, `fldcw` of a different
+//! value ~238. Saving both on every switch would cost more than the rest of a switch pair,
+//! so the control state is not part of the asm switch; the scheduler owns it:
+//!
+//! - every actor's control block holds its saved control state ([`FpControl`]), initially
+//!   the ABI defaults;
+//! - each scheduler thread tracks the control state live in its registers;
+//! - before resuming an actor it loads the actor's state only if it differs from the live
+//!   one (a compare; the expensive loads happen only when modes really differ);
+//! - when an actor switches back and will *not* be resumed at once on the same thread, the
+//!   scheduler reads the live state into the actor's control block ([`fp_control_read`])
+//!   before anyone else can resume it, so a mode change survives migration;
+//! - scheduler code does no floating-point arithmetic, so it is indifferent to the mode it
+//!   runs under, and each scheduler thread restores its original state before it exits.
 //!
 //! # Running and suspended states
 //!
@@ -89,21 +109,15 @@ extern "sysv64" {
 /// [`init_stack`]. It must never return (it switches away for good instead).
 pub(crate) type EntryFn = unsafe extern "sysv64" fn(arg: *mut u8) -> !;
 
-/// Initial MXCSR: all exceptions masked, round to nearest (the SysV ABI initial value).
-const INITIAL_MXCSR: u64 = 0x1F80;
-/// Initial x87 control word: all exceptions masked, 64-bit precision, round to nearest.
-const INITIAL_FPUCW: u64 = 0x037F;
-
 /// Lays out the initial saved context described in the module doc and returns the saved sp.
 ///
 /// # Safety
-/// `top` must be 16-byte aligned and the end of a writable region of at least
-/// 64 bytes that stays valid for as long as the context may be resumed.
+/// `top` must be 16-byte aligned and the end of a writable region of at least 56 bytes that
+/// stays valid for as long as the context may be resumed.
 pub(crate) unsafe fn init_stack(top: *mut u8, entry: EntryFn, arg: *mut u8) -> usize {
     debug_assert_eq!(top as usize % 16, 0, "stack top must be 16-byte aligned");
     let top = top as *mut u64;
-    let words: [u64; 8] = [
-        INITIAL_MXCSR | (INITIAL_FPUCW << 32),               // top-64: MXCSR | x87 CW
+    let words: [u64; 7] = [
         0,                                                   // top-56: r15
         0,                                                   // top-48: r14
         0,                                                   // top-40: r13
@@ -112,12 +126,66 @@ pub(crate) unsafe fn init_stack(top: *mut u8, entry: EntryFn, arg: *mut u8) -> u
         0,                                                   // top-16: rbp
         smarm_actor_trampoline as *const () as usize as u64, // top-8: return address
     ];
-    // SAFETY: the caller guarantees `top - 64 .. top` is writable and aligned; we write
-    // exactly those eight words.
+    // SAFETY: the caller guarantees `top - 56 .. top` is writable and aligned; we write
+    // exactly those seven words.
     unsafe {
-        let base = top.sub(8);
-        core::ptr::copy_nonoverlapping(words.as_ptr(), base, 8);
+        let base = top.sub(7);
+        core::ptr::copy_nonoverlapping(words.as_ptr(), base, 7);
         base as usize
+    }
+}
+
+/// Floating-point control state: MXCSR in the low 32 bits, x87 control word in bits 32-47.
+pub(crate) type FpControl = u64;
+
+/// The ABI's initial state: MXCSR 0x1F80 (exceptions masked, round to nearest) and x87 CW
+/// 0x037F (exceptions masked, 64-bit precision, round to nearest).
+pub(crate) const FP_DEFAULT: FpControl = 0x1F80 | (0x037F << 32);
+
+/// MXCSR bits 0-5 are sticky exception flags, caller-saved per the ABI; only the rest is
+/// compared and carried.
+const FP_CONTROL_MASK: FpControl = 0xFFFF_FFFF_FFC0;
+
+/// Reads the control state live in this thread's registers.
+#[inline(always)]
+pub(crate) fn fp_control_read() -> FpControl {
+    let mut mxcsr: u32 = 0;
+    let mut cw: u16 = 0;
+    // SAFETY: stmxcsr/fnstcw store 4 and 2 bytes into our locals.
+    unsafe {
+        core::arch::asm!(
+            "stmxcsr [{m}]",
+            "fnstcw [{c}]",
+            m = in(reg) &mut mxcsr,
+            c = in(reg) &mut cw,
+            options(nostack, preserves_flags)
+        );
+    }
+    (mxcsr as u64 | ((cw as u64) << 32)) & FP_CONTROL_MASK
+}
+
+/// Makes `target` the live control state, given that `live` is. Loads only what differs.
+#[inline(always)]
+pub(crate) fn fp_control_switch(live: FpControl, target: FpControl) {
+    let diff = (live ^ target) & FP_CONTROL_MASK;
+    if diff != 0 {
+        fp_control_load(diff, target);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn fp_control_load(diff: FpControl, target: FpControl) {
+    let mxcsr = target as u32;
+    let cw = (target >> 32) as u16;
+    if diff as u32 != 0 {
+        // SAFETY: loads a control/status value that was read from MXCSR (or the ABI
+        // default), so no reserved bit is set.
+        unsafe { core::arch::asm!("ldmxcsr [{}]", in(reg) &mxcsr, options(nostack, readonly, preserves_flags)) };
+    }
+    if diff >> 32 != 0 {
+        // SAFETY: loads an x87 control word read by fnstcw (or the ABI default).
+        unsafe { core::arch::asm!("fldcw [{}]", in(reg) &cw, options(nostack, readonly, preserves_flags)) };
     }
 }
 

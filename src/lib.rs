@@ -57,9 +57,9 @@ mod runtime;
 #[doc(hidden)]
 pub mod runtime {
     //! Under loom only the idle protocol is compiled (for its model).
-    pub mod idle {
-        include!("runtime/idle.rs");
-    }
+    // An out-of-line module inside an inline module of the crate root resolves to
+    // `src/runtime/idle.rs`, the same file `runtime/mod.rs` declares in the normal build.
+    pub(crate) mod idle;
 }
 #[cfg(not(loom))]
 mod slot_state;

@@ -1,11 +1,20 @@
 //! Cooperative preemption with a clock.
 //!
-//! When a scheduler thread resumes an actor it stamps `slice_start = rdtsc()` in its worker.
-//! [`maybe_preempt`] (and the runtime calls that invoke it) compares the elapsed ticks
+//! An actor's timeslice starts at its first preemption check after it was resumed:
+//! the scheduler clears `slice_start` on resume, and [`maybe_preempt`] (and the runtime calls
+//! that invoke it) stamps it with `rdtsc` if clear, otherwise compares the elapsed ticks
 //! against `timeslice_cycles` and yields when the slice is spent, unless a [`NoPreempt`]
-//! guard is held. `rdtsc` is used without `lfence`: the stamp and the check compare against
-//! a ~100,000-tick slice, and a speculatively early read only makes the slice look slightly
-//! more used, so serialising the pipeline on every resume would buy nothing.
+//! guard is held.
+//!
+//! Departure from "stamped on resume" (DESIGN.md): `rdtsc` costs ~50 ticks on this machine
+//! (AMD Zen 4 VM), close to the whole 60-tick budget of a yield round trip, and a yield
+//! loop never checks preemption between resumes. Stamping at the first check moves the
+//! slice start by the time from resume to that check; a CPU-bound loop that calls
+//! `maybe_preempt` each iteration still yields within one slice plus one iteration.
+//!
+//! `rdtsc` is used without `lfence`: the check compares against a ~100,000-tick slice, and a
+//! speculatively early read only shifts it by a few ticks, so serialising the pipeline would
+//! buy nothing.
 
 use crate::runtime::current_worker;
 use crate::slot_state::Slot;
@@ -41,7 +50,16 @@ pub fn maybe_preempt() {
     }
     // SAFETY: this thread's live worker; used only before any switch.
     let w = unsafe { &*w };
-    if !w.running_actor() || rdtsc().wrapping_sub(w.slice_start.get()) < w.slice_cycles {
+    if !w.running_actor() {
+        return;
+    }
+    let now = rdtsc();
+    let start = w.slice_start.get();
+    if start == 0 {
+        w.slice_start.set(now);
+        return;
+    }
+    if now.wrapping_sub(start) < w.slice_cycles {
         return;
     }
     preempt_slow();

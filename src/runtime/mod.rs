@@ -349,6 +349,7 @@ impl Shared {
                 is_root,
                 no_preempt: 0,
                 assigned_thread: usize::MAX,
+                fp: context::FP_DEFAULT,
             };
         }
         // Relaxed: published by the Release in `publish_queued`.

@@ -33,8 +33,7 @@ use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use crate::actor::{self, INTENT_DONE, INTENT_PARK, INTENT_YIELD};
-use crate::context::{switch_to_actor, switch_to_scheduler};
-use crate::preempt::rdtsc;
+use crate::context::{fp_control_read, fp_control_switch, switch_to_actor, switch_to_scheduler, FpControl};
 use crate::process::{Cancelled, DownReason};
 use crate::slot_state::{Pid, Slot, CANCEL_NONE, UNPINNED};
 use crate::stack::{self, AltStack, Stack, GUARD_BYTES};
@@ -86,8 +85,11 @@ pub(crate) struct Worker {
     lifo_runs: Cell<u32>,
     /// Index of the actor this thread is running, or NONE while in scheduler code.
     current: Cell<u32>,
-    /// rdtsc when the running actor was resumed.
+    /// rdtsc at the running actor's first preemption check since it was resumed; 0 until
+    /// then (see `preempt`).
     pub(crate) slice_start: Cell<u64>,
+    /// Floating-point control state live in this thread's registers (see `context`).
+    live_fp: Cell<FpControl>,
     pub(crate) slice_cycles: u64,
     lifo_run_limit: u32,
     tick: Cell<u32>,
@@ -188,21 +190,38 @@ impl Worker {
         let slot = sh.slab.slot(index);
         sh.slab.claim(index);
         let cell = slot.cell.get();
+        // SAFETY: we claimed the actor (QUEUED -> RUNNING), so its control block is ours.
+        unsafe {
+            fp_control_switch(self.live_fp.get(), (*cell).fp);
+            self.live_fp.set((*cell).fp);
+            (*cell).assigned_thread = self.index;
+        }
         loop {
             self.current.set(index);
-            self.slice_start.set(rdtsc());
-            // SAFETY: we claimed the actor (QUEUED -> RUNNING), so its control block is ours
-            // and its saved sp is a suspended context on its live stack.
-            let sp = unsafe {
-                (*cell).assigned_thread = self.index;
-                switch_to_actor((*cell).sp, &raw mut (*cell).sched_sp)
-            };
+            self.slice_start.set(0);
+            // SAFETY: the actor is ours (claimed) and its saved sp is a suspended context on
+            // its live stack.
+            let sp = unsafe { switch_to_actor((*cell).sp, &raw mut (*cell).sched_sp) };
             self.current.set(NONE);
             // SAFETY: the actor switched back; the control block is ours again.
             let intent = unsafe {
                 (*cell).sp = sp;
                 (*cell).intent
             };
+            if intent == INTENT_YIELD && self.nothing_else_runnable() && slot.pinned.load(Ordering::Relaxed) == UNPINNED {
+                // Fast path: resume the same actor at once. Its floating-point state is
+                // still live in our registers, so nothing needs saving.
+                self.tick.set(self.tick.get().wrapping_add(1));
+                continue;
+            }
+            if intent != INTENT_DONE {
+                // The actor leaves this thread's registers: save its control state before
+                // anyone else can resume it (migration keeps its modes).
+                let fp = fp_control_read();
+                self.live_fp.set(fp);
+                // SAFETY: the control block is ours until we publish the state change below.
+                unsafe { (*cell).fp = fp };
+            }
             match intent {
                 INTENT_YIELD => {
                     // Relaxed: written by the actor on this thread.
@@ -210,10 +229,6 @@ impl Worker {
                         sh.slab.yield_queued(index);
                         sh.inboxes[self.index].push(index);
                         return;
-                    }
-                    if self.nothing_else_runnable() {
-                        self.tick.set(self.tick.get().wrapping_add(1));
-                        continue;
                     }
                     sh.slab.yield_queued(index);
                     sh.run_queue.push(index);
@@ -295,10 +310,15 @@ pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
         lifo_runs: Cell::new(0),
         current: Cell::new(NONE),
         slice_start: Cell::new(0),
+        live_fp: Cell::new(crate::context::FP_DEFAULT),
         tick: Cell::new(0),
     };
     set_current_worker(&worker);
+    let initial_fp = fp_control_read();
+    worker.live_fp.set(initial_fp);
     worker.run_loop();
+    // The calling thread of `Runtime::run` gets its own modes back.
+    fp_control_switch(worker.live_fp.get(), initial_fp);
     set_current_worker(core::ptr::null());
 }
 
