@@ -117,7 +117,7 @@ smarm_switch_to_scheduler:
 // ---------------------------------------------------------------------------------------
 // First entry of a fresh actor stack. context.rs lays out a fake saved context whose return
 // address is this trampoline, with rbx = the entry argument and r12 = the entry function.
-// The switch pops them and `ret`s here with rsp 16-aligned, so the `call` below enters the
+// The switch pops them and jumps here with rsp 16-aligned, so the `call` below enters the
 // entry function with the ABI's alignment.
 //
 // CFI: `.cfi_undefined rip` declares that this frame has no caller. Unwinders

@@ -214,14 +214,13 @@ impl Worker {
                 self.tick.set(self.tick.get().wrapping_add(1));
                 continue;
             }
-            if intent != INTENT_DONE {
-                // The actor leaves this thread's registers: save its control state before
-                // anyone else can resume it (migration keeps its modes).
-                let fp = fp_control_read();
-                self.live_fp.set(fp);
-                // SAFETY: the control block is ours until we publish the state change below.
-                unsafe { (*cell).fp = fp };
-            }
+            // The actor leaves this thread's registers: save its control state before anyone
+            // else can resume it (migration keeps its modes). Read even for a finished actor:
+            // it may have changed the live modes, and `live_fp` must stay exact.
+            let fp = fp_control_read();
+            self.live_fp.set(fp);
+            // SAFETY: the control block is ours until we publish the state change below.
+            unsafe { (*cell).fp = fp };
             match intent {
                 INTENT_YIELD => {
                     // Relaxed: written by the actor on this thread.
