@@ -90,19 +90,13 @@ fn main() {
     let mut y: Vec<f64> = (0..SAMPLES).map(|_| yield_round_trip_ticks()).collect();
     let (ymin, ymax) = (y.iter().cloned().fold(f64::MAX, f64::min), y.iter().cloned().fold(0.0, f64::max));
     let ym = median(&mut y);
-    println!(
-        "yield round trip    {ym:7.1} ticks  {:6.1} ns   (min {ymin:.1}, max {ymax:.1} ticks)",
-        ym * nspt
-    );
+    println!("yield round trip    {ym:7.1} ticks  {:6.1} ns   (min {ymin:.1}, max {ymax:.1} ticks)", ym * nspt);
 
     raw_switch_pair_ticks(100_000);
     let mut r: Vec<f64> = (0..SAMPLES).map(|_| raw_switch_pair_ticks(ROUNDS) as f64 / ROUNDS as f64).collect();
     let (rmin, rmax) = (r.iter().cloned().fold(f64::MAX, f64::min), r.iter().cloned().fold(0.0, f64::max));
     let rm = median(&mut r);
-    println!(
-        "raw switch pair     {rm:7.1} ticks  {:6.1} ns   (min {rmin:.1}, max {rmax:.1} ticks)",
-        rm * nspt
-    );
+    println!("raw switch pair     {rm:7.1} ticks  {:6.1} ns   (min {rmin:.1}, max {rmax:.1} ticks)", rm * nspt);
 
     // The empty-run measurement uses every core, like a user's `main`.
     unpin();
