@@ -68,6 +68,9 @@ pub(crate) struct TaskHeader {
     /// Runs the closure (or drops it if the actor was cancelled before starting) and
     /// publishes the outcome. Returns the exit reason. Never unwinds.
     run: unsafe fn(NonNull<TaskHeader>, Option<DownReason>) -> DownReason,
+    /// Marks the outcome joinable and wakes the joiner (called by the scheduler once the
+    /// actor's slot and stack are free).
+    notify: unsafe fn(NonNull<TaskHeader>),
     /// Drops one `Arc` reference.
     release: unsafe fn(NonNull<TaskHeader>),
 }
@@ -92,7 +95,7 @@ where
     T: Send + 'static,
 {
     let task = Arc::new(Task {
-        header: TaskHeader { run: run_task::<F, T>, release: release_task::<F, T> },
+        header: TaskHeader { run: run_task::<F, T>, notify: notify_task::<F, T>, release: release_task::<F, T> },
         f: UnsafeCell::new(Some(f)),
         packet: Packet::new(),
     });
@@ -135,6 +138,12 @@ where
     reason
 }
 
+unsafe fn notify_task<F, T>(h: NonNull<TaskHeader>) {
+    // SAFETY: `h` points at a live Task<F, T> (the control block still holds a reference).
+    let task = unsafe { &*(h.as_ptr() as *const Task<F, T>) };
+    task.packet.notify();
+}
+
 unsafe fn release_task<F, T>(h: NonNull<TaskHeader>) {
     // SAFETY: `h` came from Arc::into_raw of an Arc<Task<F, T>> and this reference is
     // released once.
@@ -148,6 +157,16 @@ unsafe fn release_task<F, T>(h: NonNull<TaskHeader>) {
 pub(crate) unsafe fn run(h: NonNull<TaskHeader>, cancelled: Option<DownReason>) -> DownReason {
     // SAFETY: forwarded.
     unsafe { (h.as_ref().run)(h, cancelled) }
+}
+
+/// Makes the outcome visible to `join` and wakes the joiner. Called by the scheduler after
+/// the actor's slot is free, so a `join` that returns guarantees the slot can be reused.
+///
+/// # Safety
+/// `h` is a live reference; the task has run.
+pub(crate) unsafe fn notify(h: NonNull<TaskHeader>) {
+    // SAFETY: forwarded.
+    unsafe { (h.as_ref().notify)(h) }
 }
 
 /// Drops the control block's task reference.
@@ -165,7 +184,10 @@ pub(crate) struct Packet<T> {
 }
 
 struct PacketState<T> {
+    /// Stored by the actor when its closure ends.
     result: Option<Result<T, DownReason>>,
+    /// Set by the scheduler once the actor's slot and stack are released: only then does
+    /// `join` return.
     done: bool,
     /// The handle was dropped: results are dropped on arrival.
     detached: bool,
@@ -179,15 +201,22 @@ impl<T> Packet<T> {
         Packet { state: Mutex::new(PacketState { result: None, done: false, detached: false, waiter: None }) }
     }
 
+    /// Stores the outcome (from the actor). A detached handle's value is dropped here, on
+    /// the actor's stack.
     fn complete(&self, outcome: Result<T, DownReason>) {
         let mut s = self.state.lock();
-        s.done = true;
         if s.detached {
             drop(s);
             drop(outcome);
             return;
         }
         s.result = Some(outcome);
+    }
+
+    /// Publishes the stored outcome to `join` (from the scheduler, after retirement).
+    fn notify(&self) {
+        let mut s = self.state.lock();
+        s.done = true;
         if let Some(w) = s.waiter.take() {
             w.wake();
         }
@@ -257,8 +286,8 @@ impl<T> JoinHandle<T> {
         let packet = self.inner.packet();
         loop {
             let mut s = packet.state.lock();
-            if let Some(r) = s.result.take() {
-                return r;
+            if s.done {
+                return s.result.take().expect("smarm: join found no outcome");
             }
             s.waiter = Some(Waiter::current());
             drop(s);
@@ -272,7 +301,12 @@ impl<T> JoinHandle<T> {
 
     /// Takes the value if the actor has ended.
     pub(crate) fn try_take(&self) -> Option<Result<T, DownReason>> {
-        self.inner.packet().state.lock().result.take()
+        let mut s = self.inner.packet().state.lock();
+        if s.done {
+            s.result.take()
+        } else {
+            None
+        }
     }
 }
 

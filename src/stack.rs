@@ -237,9 +237,9 @@ extern "C" fn overflow_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx
     // SAFETY: PREV_* were filled by the sigaction calls that installed this handler.
     let prev = unsafe {
         if sig == libc::SIGBUS {
-            (*(&raw const PREV_BUS)).assume_init_read()
+            (&raw const PREV_BUS).read().assume_init()
         } else {
-            (*(&raw const PREV_SEGV)).assume_init_read()
+            (&raw const PREV_SEGV).read().assume_init()
         }
     };
     if prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN {

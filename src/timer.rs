@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crate::sync::raw_mutex::{Rank, RawMutex};
 
 use crate::runtime::Waiter;
 
@@ -22,14 +22,18 @@ pub(crate) struct TimerKey {
 
 pub(crate) struct Timers {
     epoch: Instant,
-    map: Mutex<(BTreeMap<TimerKey, Waiter>, u64)>,
+    map: RawMutex<(BTreeMap<TimerKey, Waiter>, u64)>,
     /// Earliest deadline in nanoseconds since `epoch`, `u64::MAX` when empty.
     next: AtomicU64,
 }
 
 impl Timers {
     pub(crate) fn new() -> Timers {
-        Timers { epoch: Instant::now(), map: Mutex::new((BTreeMap::new(), 0)), next: AtomicU64::new(u64::MAX) }
+        Timers {
+            epoch: Instant::now(),
+            map: RawMutex::new(Rank::Timers, (BTreeMap::new(), 0)),
+            next: AtomicU64::new(u64::MAX),
+        }
     }
 
     fn nanos(&self, t: Instant) -> u64 {

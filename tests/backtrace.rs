@@ -46,11 +46,25 @@ fn check(c: &Captured, context: &str) {
     for name in ["actor_body_with_distinct_name", "outer_actor_function_with_distinct_name"] {
         assert!(c.text.contains(name), "{context}: backtrace does not name `{name}`:\n{}", c.text);
     }
-    // The walk ends at the actor's entry: scheduler frames live on another stack and can
-    // only appear if the unwinder left the actor stack (it must stop at the trampoline).
+    assert_ends_at_trampoline(&c.text, context);
+}
+
+/// The walk ends at the actor's entry: the trampoline's CFI says it has no caller. Scheduler
+/// frames live on another stack and can only appear if the unwinder left the actor stack.
+fn assert_ends_at_trampoline(text: &str, context: &str) {
     for sched in ["run_loop", "thread_main", "run_actor"] {
-        assert!(!c.text.contains(sched), "{context}: backtrace walked into scheduler frame `{sched}`:\n{}", c.text);
+        assert!(!text.contains(sched), "{context}: backtrace walked into scheduler frame `{sched}`:\n{text}");
     }
+    // Frame lines look like "  16: name"; location lines like "      at file:line".
+    let last_frame = text
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().split_once(": ").is_some_and(|(n, _)| n.parse::<usize>().is_ok()))
+        .unwrap_or_else(|| panic!("{context}: no frames in backtrace:\n{text}"));
+    assert!(
+        last_frame.contains("smarm_actor_trampoline"),
+        "{context}: the backtrace does not end at the actor trampoline (last frame {last_frame:?}):\n{text}"
+    );
 }
 
 #[test]
@@ -130,7 +144,5 @@ fn backtrace_during_unwinding_in_actor() {
     for name in ["CaptureOnDrop", "panicking_actor_body_with_distinct_name"] {
         assert!(c.text.contains(name), "backtrace during unwinding does not name `{name}`:\n{}", c.text);
     }
-    for sched in ["run_loop", "thread_main", "run_actor"] {
-        assert!(!c.text.contains(sched), "backtrace walked into scheduler frame `{sched}`:\n{}", c.text);
-    }
+    assert_ends_at_trampoline(&c.text, "during unwinding");
 }

@@ -1,7 +1,8 @@
-//! The context switch saves and restores the floating-point *control* state (MXCSR control
-//! bits and the x87 control word) per actor: a rounding mode set by one actor never leaks
-//! into another actor or the scheduler, it survives every switch (including migration to
-//! another scheduler thread), and a fresh actor starts with the ABI's initial modes.
+//! smarm keeps the floating-point *control* state (MXCSR control bits and the x87 control
+//! word, callee-saved in the SysV ABI) per actor: a rounding mode set by one actor never
+//! leaks into another actor, it survives every switch (including migration to another
+//! scheduler thread), a fresh actor starts with the ABI's initial modes, and the thread that
+//! called `Runtime::run` gets its own modes back.
 //!
 //! Every check reads the registers *and* performs real roundings (an SSE division and an
 //! x87 float-to-int store), so a mode that is merely recorded but not in effect also fails.
@@ -363,4 +364,64 @@ fn rounding_mode_travels_with_actor_across_threads() {
     for (mode, n) in migrations {
         assert!(n >= 1, "the {mode:?} actor never changed scheduler thread in {MAX_YIELDS} yields");
     }
+}
+
+#[test]
+fn mode_left_set_by_a_finished_actor_does_not_leak() {
+    // Deliberately *not* restored: an actor that returns with a changed mode (an ABI
+    // violation a user can commit) must not hand it to the next actor on its thread, nor to
+    // the thread that called `run`.
+    let caller_thread = std::thread::spawn(|| {
+        let rt = Runtime::builder().threads(1).build().unwrap();
+        rt.run(|| {
+            for (k, mode) in [Rounding::TowardZero, Rounding::Up, Rounding::Down].into_iter().enumerate() {
+                let leaker = smarm::spawn(move || {
+                    std::mem::forget(ModeGuard::set(mode)); // never restored
+                    assert_mode(mode, format_args!("leaking actor {k}"));
+                });
+                leaker.join().unwrap();
+                assert_mode(Rounding::Nearest, format_args!("root after leaking actor {k} ended"));
+                smarm::spawn(move || assert_mode(Rounding::Nearest, format_args!("actor spawned after leaker {k}")))
+                    .join()
+                    .unwrap();
+            }
+        })
+        .unwrap();
+        assert_mode(Rounding::Nearest, format_args!("thread that called run, after run"));
+    });
+    caller_thread.join().unwrap();
+}
+
+#[test]
+fn actors_start_with_defaults_and_caller_gets_its_mode_back_when_run_from_a_thread_with_changed_mode() {
+    // The thread calling `run` (scheduler thread 0) and the worker threads it spawns (which
+    // inherit the caller's modes) start with a non-default mode: actors must still start
+    // with the ABI defaults, and the caller must find its own mode again afterwards.
+    std::thread::spawn(|| {
+        let _caller_mode = ModeGuard::set(Rounding::Down);
+        let rt = Runtime::builder().threads(2).build().unwrap();
+        rt.run(|| {
+            assert_mode(Rounding::Nearest, format_args!("root actor"));
+            let hs: Vec<_> = (0..8)
+                .map(|k| {
+                    smarm::spawn(move || {
+                        for i in 0..200 {
+                            assert_mode(
+                                Rounding::Nearest,
+                                format_args!("actor {k}, step {i}, thread {:?}", smarm::current_thread_index()),
+                            );
+                            smarm::yield_now();
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+        })
+        .unwrap();
+        assert_mode(Rounding::Down, format_args!("thread that called run, after run"));
+    })
+    .join()
+    .unwrap();
 }

@@ -45,7 +45,7 @@ use crate::slot_state::{Pid, Slab, Wake, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED}
 use crate::stack::StackPool;
 use crate::timer::Timers;
 use idle::Idle;
-pub(crate) use worker::{current_worker, park_current};
+pub(crate) use worker::{current_worker, park_current, park_until};
 
 /// Smallest stack an actor can start, panic, print and unwind on.
 pub const MIN_STACK_SIZE: usize = 32 * 1024;
@@ -384,8 +384,9 @@ impl Shared {
 
     /// Puts an actor that a wake moved to QUEUED where it will run:
     /// - pinned to thread k (unwinding): k's inbox, and wake k specifically;
-    /// - woken by an actor running on a scheduler thread of this runtime: that thread's
-    ///   wake slot (it runs next there; the displaced occupant goes to the shared queue);
+    /// - woken on a scheduler thread of this runtime (by its running actor, or by the
+    ///   scheduler retiring a joined actor or firing a timer): that thread's wake slot (it
+    ///   runs next there; the displaced occupant goes to the shared queue);
     /// - otherwise the shared queue, and wake a sleeper.
     fn enqueue_woken(&self, index: u32) {
         // Relaxed: ordered after the Acquire half of the wake RMW, which read the state the
@@ -403,7 +404,7 @@ impl Shared {
             // SAFETY: the worker pointer of this thread is valid while the thread runs
             // scheduler or actor code; we do not hold it across a switch.
             let w = unsafe { &*w };
-            if core::ptr::eq(w.shared_ptr(), self) && w.running_actor() {
+            if core::ptr::eq(w.shared_ptr(), self) {
                 if let Some(displaced) = w.put_in_wake_slot(index) {
                     // Not woken: this thread is awake and reaches the shared queue itself
                     // (after `lifo_run_limit` slot runs at the latest); a sleeper is nudged
@@ -484,6 +485,7 @@ impl Drop for Shared {
 /// when it calls [`Waiter::wake`]: every registry in smarm wakes under the lock that the
 /// blocked actor takes to deregister (on return or while unwinding) before it can end, and
 /// a runtime outlives its actors.
+#[derive(Clone)]
 pub(crate) enum Waiter {
     Actor { shared: *const Shared, pid: Pid },
     Thread(Thread),
@@ -498,6 +500,15 @@ impl Waiter {
         match worker::current_actor_pid() {
             Some((shared, pid)) => Waiter::Actor { shared, pid },
             None => Waiter::Thread(std::thread::current()),
+        }
+    }
+
+    /// True if both name the same actor or thread.
+    pub(crate) fn same_as(&self, other: &Waiter) -> bool {
+        match (self, other) {
+            (Waiter::Actor { shared: a, pid: p }, Waiter::Actor { shared: b, pid: q }) => a == b && p == q,
+            (Waiter::Thread(a), Waiter::Thread(b)) => a.id() == b.id(),
+            _ => false,
         }
     }
 

@@ -208,7 +208,8 @@ impl Worker {
                 (*cell).sp = sp;
                 (*cell).intent
             };
-            if intent == INTENT_YIELD && self.nothing_else_runnable() && slot.pinned.load(Ordering::Relaxed) == UNPINNED {
+            if intent == INTENT_YIELD && self.nothing_else_runnable() && slot.pinned.load(Ordering::Relaxed) == UNPINNED
+            {
                 // Fast path: resume the same actor at once. Its floating-point state is
                 // still live in our registers, so nothing needs saving.
                 self.tick.set(self.tick.get().wrapping_add(1));
@@ -257,13 +258,18 @@ impl Worker {
             (*cell).stack_base = 0;
             (*cell).stack_len = 0;
             sh.stacks.put(stack);
-            if let Some(t) = (*cell).task.take() {
-                actor::release(t);
-            }
-            (*cell).is_root
+            ((*cell).task.take(), (*cell).is_root)
         };
+        let (task, was_root) = was_root;
         sh.slab.mark_done(index);
         sh.slab.free(index);
+        if let Some(t) = task {
+            // SAFETY: the control block's reference, released once; the actor ran.
+            unsafe {
+                actor::notify(t);
+                actor::release(t);
+            }
+        }
         sh.retired(was_root);
     }
 
@@ -353,6 +359,8 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
     if slot.pinned.load(Ordering::Relaxed) != pin {
         slot.pinned.store(pin, Ordering::Relaxed);
     }
+    #[cfg(debug_assertions)]
+    crate::sync::raw_mutex::order::assert_none_held();
     // SAFETY: we are the running actor; `sched_sp` was written by the switch that resumed us.
     unsafe {
         (*cell).intent = intent;
@@ -438,17 +446,22 @@ pub(crate) fn park_current() {
     check_cancelled(slot);
 }
 
-/// Parks the calling actor for at least `d`; see [`crate::sleep`].
-pub(crate) fn sleep(d: Duration) {
-    let Some((shared, pid)) = current_actor_pid() else {
-        std::thread::sleep(d);
-        return;
+/// Parks the caller (actor or thread) until woken or until `deadline` passes. Returns false,
+/// without parking, if the deadline has already passed; true otherwise. May return
+/// spuriously: callers re-check their condition and the clock.
+pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
+    let Some(deadline) = deadline else {
+        park_current();
+        return true;
     };
-    if d.is_zero() {
-        yield_now();
-        return;
+    let now = Instant::now();
+    if now >= deadline {
+        return false;
     }
-    let deadline = Instant::now() + d;
+    let Some((shared, pid)) = current_actor_pid() else {
+        std::thread::park_timeout(deadline - now);
+        return true;
+    };
     // SAFETY: the runtime outlives its running actor.
     let sh = unsafe { &*shared };
     let (key, earliest) = sh.timers.insert(deadline, super::Waiter::Actor { shared, pid });
@@ -456,6 +469,8 @@ pub(crate) fn sleep(d: Duration) {
         // An idle thread may be parked with a later timeout (or none): make one re-arm.
         sh.wake_one();
     }
+    // Removed on return or unwind, under the timer lock, before this actor can end: the
+    // timer never wakes a waiter that is gone (the `Waiter` contract).
     struct Cancel<'a>(&'a Shared, crate::timer::TimerKey);
     impl Drop for Cancel<'_> {
         fn drop(&mut self) {
@@ -463,9 +478,22 @@ pub(crate) fn sleep(d: Duration) {
         }
     }
     let _cancel = Cancel(sh, key);
-    while Instant::now() < deadline {
-        park_current();
+    park_current();
+    true
+}
+
+/// Parks the calling actor for at least `d`; see [`crate::sleep`].
+pub(crate) fn sleep(d: Duration) {
+    if current_actor_pid().is_none() {
+        std::thread::sleep(d);
+        return;
     }
+    if d.is_zero() {
+        yield_now();
+        return;
+    }
+    let deadline = Instant::now() + d;
+    while park_until(Some(deadline)) {}
 }
 
 /// Installs, once per process, the panic hook that names actors and the stack-overflow
