@@ -41,6 +41,8 @@
 #[cfg(not(loom))]
 mod actor;
 #[cfg(not(loom))]
+pub mod channel;
+#[cfg(not(loom))]
 mod context;
 #[cfg(not(loom))]
 mod error;
@@ -50,6 +52,7 @@ mod preempt;
 #[cfg(not(loom))]
 mod process;
 #[doc(hidden)]
+#[cfg_attr(loom, allow(dead_code))] // under loom only the models use it
 pub mod run_queue;
 #[cfg(not(loom))]
 mod runtime;
@@ -59,12 +62,15 @@ pub mod runtime {
     //! Under loom only the idle protocol is compiled (for its model).
     // An out-of-line module inside an inline module of the crate root resolves to
     // `src/runtime/idle.rs`, the same file `runtime/mod.rs` declares in the normal build.
+    #[allow(dead_code)] // only the loom models use it
     pub(crate) mod idle;
 }
 #[cfg(not(loom))]
 mod slot_state;
 #[cfg(not(loom))]
 mod stack;
+#[cfg(not(loom))]
+pub mod sync;
 #[cfg(not(loom))]
 mod timer;
 
@@ -197,8 +203,8 @@ mod api {
     #[doc(hidden)]
     pub mod __private {
         pub use crate::context::raw_switch_pair_ticks;
-        pub use crate::runtime::worker::scheduler_assigned_thread;
         pub use crate::preempt::rdtsc;
+        pub use crate::runtime::worker::scheduler_assigned_thread;
         pub use crate::stack::guard_method;
     }
 }

@@ -1,0 +1,489 @@
+//! Channels: unbounded and bounded MPSC ([`channel`], [`bounded`]), [`oneshot`], [`watch`],
+//! and [`select!`](crate::select).
+//!
+//! Every blocking operation parks the calling actor (never its scheduler thread) and also
+//! works from a plain OS thread, which it blocks. Wakes go through the runtime: when the
+//! waker is an actor on a scheduler thread of the receiver's runtime, the woken receiver
+//! goes to that thread's wake slot and runs next there; from a plain thread it goes to the
+//! shared run queue.
+//!
+//! # MPSC state and invariants
+//!
+//! One `RawMutex` guards the queue, the parked receiver (at most one: the receiver is
+//! unique), parked senders (bounded only), the sender count and the receiver-alive flag.
+//! - A send that finds room pushes and wakes the parked receiver, if any, under the lock
+//!   (so the `Waiter`'s runtime is alive: a receiver deregisters under the same lock before
+//!   it can go away).
+//! - Closure: when the last `Sender` drops, the receiver is woken; `recv` drains what is
+//!   queued, then reports [`RecvError`]. When the `Receiver` drops, queued values are
+//!   dropped (once, outside the lock) and sends return the value in [`SendError`].
+//! - Zero allocation on ready paths: bounded queues allocate their ring at creation; an
+//!   unbounded queue reserves 16 slots on its first push and then grows by doubling (at
+//!   most one allocation per 16 messages, none in steady state).
+
+mod oneshot;
+mod select;
+mod watch;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::runtime::{park_until, Waiter};
+use crate::sync::raw_mutex::{Rank, RawMutex};
+
+pub use oneshot::{oneshot, OneshotReceiver, OneshotSender};
+pub use select::{select_ready, SelectRecv, SelectWaiter, Selectable};
+pub use watch::{watch, WatchReceiver, WatchSender};
+
+/// First allocation of an unbounded queue, in messages.
+const UNBOUNDED_FIRST_BLOCK: usize = 16;
+
+/// The receiver is gone; the value is handed back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub struct SendError<T>(pub T);
+
+impl<T> fmt::Debug for SendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SendError(..)")
+    }
+}
+impl<T> fmt::Display for SendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("sending on a channel whose receiver is gone")
+    }
+}
+impl<T> std::error::Error for SendError<T> {}
+
+/// Why `try_send` did not send; the value is handed back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub enum TrySendError<T> {
+    /// A bounded channel is at capacity.
+    Full(T),
+    /// The receiver is gone.
+    Disconnected(T),
+}
+
+impl<T> TrySendError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        match self {
+            TrySendError::Full(v) | TrySendError::Disconnected(v) => v,
+        }
+    }
+}
+impl<T> fmt::Debug for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("Full(..)"),
+            TrySendError::Disconnected(_) => f.write_str("Disconnected(..)"),
+        }
+    }
+}
+impl<T> fmt::Display for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("the channel is full"),
+            TrySendError::Disconnected(_) => f.write_str("the receiver is gone"),
+        }
+    }
+}
+impl<T> std::error::Error for TrySendError<T> {}
+
+/// Every sender is gone and nothing is queued.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub struct RecvError;
+
+impl fmt::Display for RecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("receiving on a closed channel")
+    }
+}
+impl std::error::Error for RecvError {}
+
+/// Why `try_recv` returned nothing.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum TryRecvError {
+    /// Nothing queued right now.
+    Empty,
+    /// Nothing queued and every sender is gone.
+    Disconnected,
+}
+
+impl fmt::Display for TryRecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryRecvError::Empty => f.write_str("the channel is empty"),
+            TryRecvError::Disconnected => f.write_str("the channel is empty and closed"),
+        }
+    }
+}
+impl std::error::Error for TryRecvError {}
+
+/// Why `recv_timeout`/`recv_deadline` returned nothing.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum RecvTimeoutError {
+    /// The deadline passed with nothing queued.
+    Timeout,
+    /// Nothing queued and every sender is gone.
+    Disconnected,
+}
+
+impl fmt::Display for RecvTimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecvTimeoutError::Timeout => f.write_str("timed out waiting on a channel"),
+            RecvTimeoutError::Disconnected => f.write_str("the channel is empty and closed"),
+        }
+    }
+}
+impl std::error::Error for RecvTimeoutError {}
+
+struct State<T> {
+    queue: VecDeque<T>,
+    /// `usize::MAX` for unbounded.
+    cap: usize,
+    /// The parked receiver (or a `select` that includes it).
+    receiver: Option<Waiter>,
+    /// Senders parked on a full bounded queue, FIFO.
+    senders_waiting: VecDeque<Waiter>,
+    senders: usize,
+    receiver_alive: bool,
+}
+
+struct Chan<T> {
+    state: RawMutex<State<T>>,
+}
+
+impl<T> Chan<T> {
+    fn new(cap: usize) -> Arc<Chan<T>> {
+        let queue = if cap == usize::MAX { VecDeque::new() } else { VecDeque::with_capacity(cap) };
+        Arc::new(Chan {
+            state: RawMutex::new(
+                Rank::Primitive,
+                State {
+                    queue,
+                    cap,
+                    receiver: None,
+                    senders_waiting: VecDeque::new(),
+                    senders: 1,
+                    receiver_alive: true,
+                },
+            ),
+        })
+    }
+}
+
+/// Creates an unbounded multi-producer, single-consumer channel.
+///
+/// ```
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::channel();
+///     smarm::spawn(move || tx.send(42).unwrap());
+///     assert_eq!(rx.recv(), Ok(42));
+/// });
+/// ```
+pub fn channel<T: Send>() -> (Sender<T>, Receiver<T>) {
+    let chan = Chan::new(usize::MAX);
+    (Sender { chan: chan.clone() }, Receiver { chan })
+}
+
+/// Creates a bounded channel holding at most `cap` messages: `send` parks while it is full,
+/// `try_send` hands the value back.
+///
+/// # Panics
+/// If `cap` is 0: a zero-capacity (rendezvous) channel is not provided; use
+/// [`oneshot`] for a single hand-over or `bounded(1)`.
+///
+/// ```
+/// let (tx, rx) = smarm::channel::bounded(1);
+/// tx.try_send(1).unwrap();
+/// assert!(tx.try_send(2).is_err());
+/// assert_eq!(rx.try_recv(), Ok(1));
+/// ```
+pub fn bounded<T: Send>(cap: usize) -> (Sender<T>, Receiver<T>) {
+    assert!(
+        cap > 0,
+        "smarm::channel::bounded(cap): cap must be at least 1 (got 0); zero-capacity channels are not provided"
+    );
+    let chan = Chan::new(cap);
+    (Sender { chan: chan.clone() }, Receiver { chan })
+}
+
+/// The sending half of a [`channel`] or [`bounded`] channel. Cloneable.
+pub struct Sender<T> {
+    chan: Arc<Chan<T>>,
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        self.chan.state.lock().senders += 1;
+        Sender { chan: self.chan.clone() }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        let mut s = self.chan.state.lock();
+        s.senders -= 1;
+        if s.senders == 0 {
+            if let Some(w) = s.receiver.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+impl<T> fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Sender { .. }")
+    }
+}
+
+impl<T> Sender<T> {
+    /// Sends `value`, parking while a bounded channel is full. Returns the value if the
+    /// receiver is gone.
+    pub fn send(&self, value: T) -> Result<(), SendError<T>> {
+        let mut value = value;
+        loop {
+            match self.try_send(value) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Disconnected(v)) => return Err(SendError(v)),
+                Err(TrySendError::Full(v)) => value = v,
+            }
+            // Full: register, re-check under the lock, park.
+            let mut s = self.chan.state.lock();
+            if s.queue.len() < s.cap || !s.receiver_alive {
+                continue;
+            }
+            s.senders_waiting.push_back(Waiter::current());
+            drop(s);
+            let guard = DeregisterSender(&self.chan);
+            park_until(None);
+            drop(guard);
+        }
+    }
+
+    /// Sends without blocking; a full bounded channel or a gone receiver hands the value back.
+    pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
+        let mut s = self.chan.state.lock();
+        if !s.receiver_alive {
+            return Err(TrySendError::Disconnected(value));
+        }
+        if s.queue.len() >= s.cap {
+            return Err(TrySendError::Full(value));
+        }
+        if s.queue.capacity() == 0 {
+            s.queue.reserve(UNBOUNDED_FIRST_BLOCK);
+        }
+        s.queue.push_back(value);
+        if let Some(w) = s.receiver.take() {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    /// True if the receiver has been dropped.
+    pub fn is_closed(&self) -> bool {
+        !self.chan.state.lock().receiver_alive
+    }
+}
+
+/// Removes the calling sender's registration if it is still queued (woken or unwinding).
+struct DeregisterSender<'a, T>(&'a Chan<T>);
+
+impl<T> Drop for DeregisterSender<'_, T> {
+    fn drop(&mut self) {
+        let me = Waiter::current();
+        let mut s = self.0.state.lock();
+        if let Some(i) = s.senders_waiting.iter().position(|w| w.same_as(&me)) {
+            s.senders_waiting.remove(i);
+        }
+        // A slot we were woken for but will not use (unwinding) goes to the next sender.
+        if s.queue.len() < s.cap {
+            if let Some(w) = s.senders_waiting.pop_front() {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// The receiving half of a [`channel`] or [`bounded`] channel.
+pub struct Receiver<T> {
+    chan: Arc<Chan<T>>,
+}
+
+impl<T> fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Receiver { .. }")
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Takes the next message, parking until one arrives. After every sender is gone it
+    /// drains what is queued, then returns [`RecvError`].
+    pub fn recv(&self) -> Result<T, RecvError> {
+        self.recv_deadline_opt(None).map_err(|_| RecvError)
+    }
+
+    /// Takes the next message without blocking.
+    pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        let mut s = self.chan.state.lock();
+        match Self::pop(&mut s) {
+            Some(v) => Ok(v),
+            None if s.senders == 0 => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
+        }
+    }
+
+    /// Like [`recv`](Self::recv), giving up after `timeout`. A zero timeout polls without
+    /// parking.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        self.recv_deadline_opt(Some(Instant::now() + timeout))
+    }
+
+    /// Like [`recv`](Self::recv), giving up at `deadline`.
+    pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
+        self.recv_deadline_opt(Some(deadline))
+    }
+
+    /// A blocking iterator over messages; ends when every sender is gone and the queue is empty.
+    pub fn iter(&self) -> Iter<'_, T> {
+        Iter { rx: self }
+    }
+
+    /// A non-blocking iterator over the messages queued now.
+    pub fn try_iter(&self) -> TryIter<'_, T> {
+        TryIter { rx: self }
+    }
+
+    fn pop(s: &mut State<T>) -> Option<T> {
+        let v = s.queue.pop_front()?;
+        if let Some(w) = s.senders_waiting.pop_front() {
+            w.wake();
+        }
+        Some(v)
+    }
+
+    fn recv_deadline_opt(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        loop {
+            let mut s = self.chan.state.lock();
+            if let Some(v) = Self::pop(&mut s) {
+                return Ok(v);
+            }
+            if s.senders == 0 {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            s.receiver = Some(Waiter::current());
+            drop(s);
+            let guard = DeregisterReceiver(&self.chan);
+            park_until(deadline);
+            drop(guard);
+        }
+    }
+}
+
+struct DeregisterReceiver<'a, T>(&'a Chan<T>);
+
+impl<T> Drop for DeregisterReceiver<'_, T> {
+    fn drop(&mut self) {
+        self.0.state.lock().receiver = None;
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let mut s = self.chan.state.lock();
+        s.receiver_alive = false;
+        let queued = std::mem::take(&mut s.queue);
+        let senders = std::mem::take(&mut s.senders_waiting);
+        for w in &senders {
+            w.wake();
+        }
+        drop(s);
+        // User Drop code runs outside the lock.
+        drop(queued);
+    }
+}
+
+impl<T> Selectable for Receiver<T> {
+    fn is_ready(&self) -> bool {
+        let s = self.chan.state.lock();
+        !s.queue.is_empty() || s.senders == 0
+    }
+    fn register_waiter(&self, waiter: &SelectWaiter) -> bool {
+        let mut s = self.chan.state.lock();
+        if !s.queue.is_empty() || s.senders == 0 {
+            return true;
+        }
+        s.receiver = Some(waiter.0.clone());
+        false
+    }
+    fn unregister_waiter(&self) {
+        self.chan.state.lock().receiver = None;
+    }
+}
+
+impl<T> SelectRecv for Receiver<T> {
+    type Output = Result<T, RecvError>;
+    fn select_recv(&self) -> Result<T, RecvError> {
+        // Only this receiver consumes, so an arm found ready stays ready.
+        self.try_recv().map_err(|_| RecvError)
+    }
+}
+
+/// Blocking iterator returned by [`Receiver::iter`].
+pub struct Iter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for Iter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+/// Non-blocking iterator returned by [`Receiver::try_iter`].
+pub struct TryIter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for TryIter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Receiver<T> {
+    type Item = T;
+    type IntoIter = Iter<'a, T>;
+    fn into_iter(self) -> Iter<'a, T> {
+        self.iter()
+    }
+}
+
+/// Owning blocking iterator.
+pub struct IntoIter<T> {
+    rx: Receiver<T>,
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+impl<T> IntoIterator for Receiver<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+    fn into_iter(self) -> IntoIter<T> {
+        IntoIter { rx: self }
+    }
+}

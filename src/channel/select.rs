@@ -1,0 +1,150 @@
+//! `select!`: wait on several receivers (and an optional timeout) in one blocking call.
+//!
+//! Protocol: check every arm for readiness, starting at a rotating offset so a busy arm
+//! cannot starve the others; if none is ready, register the caller's waiter with every arm
+//! (an arm that turns out ready during registration ends the round), park, unregister
+//! from all, and check again. Registration and readiness are decided under each arm's own
+//! lock, so a message that arrives between the check and the park finds the waiter and
+//! wakes it (or the park returns at once through the actor's NOTIFIED bit).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use crate::runtime::{park_until, Waiter};
+
+/// An opaque handle to a blocked actor or thread, passed to [`Selectable::register`].
+#[doc(hidden)]
+pub struct SelectWaiter(pub(crate) Waiter);
+
+/// Something `select!` can wait on. Implemented by smarm's receivers; not meant to be
+/// implemented outside the crate.
+pub trait Selectable {
+    /// True if a receive would complete now (a message, or closure).
+    fn is_ready(&self) -> bool;
+    #[doc(hidden)]
+    /// Registers `waiter` to be woken when ready, unless already ready (then returns true
+    /// and registers nothing).
+    fn register_waiter(&self, waiter: &SelectWaiter) -> bool;
+    #[doc(hidden)]
+    /// Removes a registration made by `register_waiter`, if still present.
+    fn unregister_waiter(&self);
+}
+
+/// Rotates the starting arm between calls (fairness). Relaxed: any spread of values will do.
+static ROTATE: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits until one of `arms` is ready or `deadline` passes. Returns the index of a ready arm,
+/// or `None` on timeout. Used by [`select!`](crate::select).
+pub fn select_ready(arms: &[&dyn Selectable], deadline: Option<Instant>) -> Option<usize> {
+    let n = arms.len();
+    if n == 0 {
+        while park_until(deadline) {}
+        return None;
+    }
+    let start = ROTATE.fetch_add(1, Ordering::Relaxed) % n;
+    loop {
+        for k in 0..n {
+            let i = (start + k) % n;
+            if arms[i].is_ready() {
+                return Some(i);
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return None;
+        }
+        let me = SelectWaiter(Waiter::current());
+        let mut ready = None;
+        let mut registered = 0;
+        for k in 0..n {
+            let i = (start + k) % n;
+            if arms[i].register_waiter(&me) {
+                ready = Some(i);
+                break;
+            }
+            registered += 1;
+        }
+        let unregister = Unregister { arms, start, count: registered };
+        if let Some(i) = ready {
+            drop(unregister);
+            return Some(i);
+        }
+        park_until(deadline);
+        drop(unregister);
+    }
+}
+
+/// Removes the registrations on return or unwind.
+struct Unregister<'a, 'b> {
+    arms: &'a [&'b dyn Selectable],
+    start: usize,
+    count: usize,
+}
+
+impl Drop for Unregister<'_, '_> {
+    fn drop(&mut self) {
+        let n = self.arms.len();
+        for k in 0..self.count {
+            self.arms[(self.start + k) % n].unregister_waiter();
+        }
+    }
+}
+
+/// Waits on several receivers, and optionally a timeout, in one blocking call.
+///
+/// Each `recv(rx) -> pattern => body` arm binds the outcome of receiving from `rx`
+/// (`Ok(message)`, or `Err(RecvError)` once that channel is closed and drained);
+/// `timeout(duration) => body` runs if nothing was ready in time. Arms are checked from a
+/// rotating start, so one busy receiver cannot starve another. `rx` is evaluated more than
+/// once: pass a variable.
+///
+/// ```
+/// use std::time::Duration;
+/// smarm::run(|| {
+///     let (tx1, rx1) = smarm::channel::channel::<u32>();
+///     let (_tx2, rx2) = smarm::channel::channel::<&str>();
+///     tx1.send(7).unwrap();
+///     let got = smarm::select! {
+///         recv(rx1) -> m => m.unwrap(),
+///         recv(rx2) -> _m => 0,
+///         timeout(Duration::from_millis(10)) => 99,
+///     };
+///     assert_eq!(got, 7);
+/// });
+/// ```
+#[macro_export]
+macro_rules! select {
+    ( $( recv($rx:expr) -> $res:pat => $body:expr ),+ , timeout($d:expr) => $tbody:expr $(,)? ) => {
+        $crate::__select_impl!(::core::option::Option::Some(::std::time::Instant::now() + $d); $( ($rx, $res, $body) )+ ; $tbody)
+    };
+    ( $( recv($rx:expr) -> $res:pat => $body:expr ),+ $(,)? ) => {
+        $crate::__select_impl!(::core::option::Option::None; $( ($rx, $res, $body) )+ ; ::core::unreachable!("select without timeout returned none"))
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __select_impl {
+    ($deadline:expr; $( ($rx:expr, $res:pat, $body:expr) )+ ; $tbody:expr) => {{
+        let __arms: &[&dyn $crate::channel::Selectable] = &[ $( &$rx ),+ ];
+        let __idx = $crate::channel::select_ready(__arms, $deadline);
+        #[allow(unused_assignments)]
+        'smarm_select: {
+            let mut __k = 0usize;
+            $(
+                if __idx == ::core::option::Option::Some(__k) {
+                    let $res = $crate::channel::SelectRecv::select_recv(&$rx);
+                    break 'smarm_select $body;
+                }
+                __k += 1;
+            )+
+            $tbody
+        }
+    }};
+}
+
+/// Completes the receive of a ready `select!` arm.
+#[doc(hidden)]
+pub trait SelectRecv {
+    type Output;
+    fn select_recv(&self) -> Self::Output;
+}

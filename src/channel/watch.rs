@@ -1,0 +1,165 @@
+//! `watch`: a latest-value broadcast. The sender replaces the value; each receiver can wait
+//! for a value newer than the last one it saw.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::RecvError;
+use crate::runtime::{park_until, Waiter};
+use crate::sync::raw_mutex::{Rank, RawMutex};
+
+struct State<T> {
+    value: T,
+    /// Bumped by every send.
+    version: u64,
+    /// Receivers parked in `changed`.
+    waiters: Vec<Waiter>,
+    sender_alive: bool,
+}
+
+struct Inner<T> {
+    state: RawMutex<State<T>>,
+}
+
+/// Creates a watch channel holding `initial`.
+///
+/// ```
+/// smarm::run(|| {
+///     let (tx, mut rx) = smarm::channel::watch(0);
+///     smarm::spawn(move || tx.send(5));
+///     rx.changed().unwrap();
+///     assert_eq!(rx.get(), 5);
+/// });
+/// ```
+pub fn watch<T: Send>(initial: T) -> (WatchSender<T>, WatchReceiver<T>) {
+    let inner = Arc::new(Inner {
+        state: RawMutex::new(
+            Rank::Primitive,
+            State { value: initial, version: 0, waiters: Vec::new(), sender_alive: true },
+        ),
+    });
+    (WatchSender { inner: inner.clone() }, WatchReceiver { inner, seen: 0 })
+}
+
+/// Publishes values to every [`WatchReceiver`].
+pub struct WatchSender<T> {
+    inner: Arc<Inner<T>>,
+}
+
+impl<T> WatchSender<T> {
+    /// Replaces the value and wakes every receiver waiting in `changed`.
+    pub fn send(&self, value: T) {
+        drop(self.send_replace(value));
+    }
+
+    /// Like [`send`](Self::send), returning the previous value.
+    pub fn send_replace(&self, value: T) -> T {
+        let mut s = self.inner.state.lock();
+        let old = std::mem::replace(&mut s.value, value);
+        s.version += 1;
+        for w in s.waiters.drain(..) {
+            w.wake();
+        }
+        old
+    }
+
+    /// A new receiver that has seen the current value.
+    pub fn subscribe(&self) -> WatchReceiver<T> {
+        let seen = self.inner.state.lock().version;
+        WatchReceiver { inner: self.inner.clone(), seen }
+    }
+}
+
+impl<T: Clone> WatchSender<T> {
+    /// A clone of the current value.
+    pub fn get(&self) -> T {
+        self.inner.state.lock().value.clone()
+    }
+}
+
+impl<T> Drop for WatchSender<T> {
+    fn drop(&mut self) {
+        let mut s = self.inner.state.lock();
+        s.sender_alive = false;
+        for w in s.waiters.drain(..) {
+            w.wake();
+        }
+    }
+}
+
+impl<T> fmt::Debug for WatchSender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WatchSender { .. }")
+    }
+}
+
+/// Observes a [`watch`] channel. Cloneable; each clone tracks what it has seen.
+pub struct WatchReceiver<T> {
+    inner: Arc<Inner<T>>,
+    seen: u64,
+}
+
+impl<T> Clone for WatchReceiver<T> {
+    fn clone(&self) -> Self {
+        WatchReceiver { inner: self.inner.clone(), seen: self.seen }
+    }
+}
+
+impl<T> WatchReceiver<T> {
+    /// Waits until a value newer than the last one seen by this receiver is published, and
+    /// marks it seen. [`RecvError`] once the sender is gone and nothing newer is left.
+    pub fn changed(&mut self) -> Result<(), RecvError> {
+        loop {
+            let mut s = self.inner.state.lock();
+            if s.version != self.seen {
+                self.seen = s.version;
+                return Ok(());
+            }
+            if !s.sender_alive {
+                return Err(RecvError);
+            }
+            s.waiters.push(Waiter::current());
+            drop(s);
+            let guard = Deregister(&self.inner);
+            park_until(None);
+            drop(guard);
+        }
+    }
+
+    /// True if a value newer than the last one seen was published.
+    pub fn has_changed(&self) -> bool {
+        self.inner.state.lock().version != self.seen
+    }
+
+    /// Applies `f` to the current value and marks it seen.
+    pub fn with<R>(&mut self, f: impl FnOnce(&T) -> R) -> R {
+        let s = self.inner.state.lock();
+        self.seen = s.version;
+        f(&s.value)
+    }
+}
+
+impl<T: Clone> WatchReceiver<T> {
+    /// A clone of the current value, marked seen.
+    pub fn get(&mut self) -> T {
+        self.with(T::clone)
+    }
+}
+
+impl<T> fmt::Debug for WatchReceiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WatchReceiver").field("seen", &self.seen).finish()
+    }
+}
+
+struct Deregister<'a, T>(&'a Inner<T>);
+
+impl<T> Drop for Deregister<'_, T> {
+    fn drop(&mut self) {
+        let me = Waiter::current();
+        let mut s = self.0.state.lock();
+        if let Some(i) = s.waiters.iter().position(|w| w.same_as(&me)) {
+            s.waiters.swap_remove(i);
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! Synchronisation that parks actors, not threads: [`Mutex`], [`Barrier`], [`WaitGroup`].
+//! All of them also work from plain OS threads (which they block). The internal
+//! `RawMutex` used by the runtime itself lives in `raw_mutex`.
+
+pub(crate) mod raw_mutex;
