@@ -1,9 +1,9 @@
-//! One million actors alive at once, each parked, on default 512 KiB stacks with guard pages;
+//! One million actors alive at once, each parked on a watch channel, on default 512 KiB stacks with guard pages;
 //! then all are released and joined. Prints the spawn rate, peak RSS and RSS per actor.
 //!
 //! Run: `cargo run --release --example million` (optionally pass a count: `-- 200000`)
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,17 +28,18 @@ fn main() {
     let threads = rt.threads();
     let (spawn_secs, alive, maps) = rt
         .run(move || {
-            let release = Arc::new(AtomicBool::new(false));
+            // Every actor parks in `changed()` on one watch channel until the root publishes.
+            let (release, gate) = smarm::channel::watch(false);
             let parked = Arc::new(AtomicUsize::new(0));
             let start = Instant::now();
             let mut handles = Vec::with_capacity(n);
             for _ in 0..n {
-                let release = release.clone();
+                let mut gate = gate.clone();
                 let parked = parked.clone();
                 handles.push(smarm::spawn(move || {
                     parked.fetch_add(1, Ordering::Relaxed);
-                    while !release.load(Ordering::Relaxed) {
-                        smarm::sleep(Duration::from_secs(30));
+                    while !gate.get() {
+                        gate.changed().expect("release sender dropped");
                     }
                 }));
             }
@@ -50,7 +51,7 @@ fn main() {
             }
             let alive = handles.iter().filter(|h| !h.is_finished()).count();
             let maps = map_count();
-            release.store(true, Ordering::Relaxed);
+            release.send(true);
             for h in handles {
                 h.join().expect("actor");
             }
