@@ -72,7 +72,7 @@ mod stack;
 #[cfg(not(loom))]
 pub mod sync;
 #[cfg(not(loom))]
-mod timer;
+pub mod timer;
 
 #[cfg(not(loom))]
 pub use api::*;
@@ -92,6 +92,7 @@ mod api {
         MIN_STACK_SIZE,
     };
     pub use crate::slot_state::Pid;
+    pub use crate::timer::{cancel as cancel_timer, send_after, TimerRef};
 
     /// Runs `root` on a runtime with the default configuration and returns its value.
     ///

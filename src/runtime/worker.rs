@@ -104,6 +104,10 @@ impl Worker {
         &self.shared
     }
 
+    pub(crate) fn shared_arc(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
     /// True while an actor (not scheduler code) runs on this thread.
     pub(crate) fn running_actor(&self) -> bool {
         self.current.get() != NONE

@@ -1,0 +1,109 @@
+//! [`Barrier`]: `n` participants wait until all have arrived; one of them is the leader.
+
+use std::fmt;
+
+use crate::runtime::{park_until, Waiter};
+use crate::sync::raw_mutex::{Rank, RawMutex};
+
+struct State {
+    arrived: usize,
+    generation: u64,
+    /// Parked participants of the current generation. Pre-sized to `n - 1` so arrival
+    /// never allocates.
+    waiters: Vec<Waiter>,
+}
+
+/// A reusable barrier for `n` actors or threads.
+///
+/// ```
+/// use std::sync::Arc;
+/// smarm::run(|| {
+///     let b = Arc::new(smarm::sync::Barrier::new(3));
+///     let hs: Vec<_> = (0..3).map(|_| { let b = b.clone(); smarm::spawn(move || b.wait().is_leader()) }).collect();
+///     let leaders = hs.into_iter().map(|h| h.join().unwrap()).filter(|l| *l).count();
+///     assert_eq!(leaders, 1);
+/// });
+/// ```
+pub struct Barrier {
+    n: usize,
+    state: RawMutex<State>,
+}
+
+/// Returned by [`Barrier::wait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BarrierWaitResult(bool);
+
+impl BarrierWaitResult {
+    /// True for exactly one participant per generation (the last to arrive).
+    pub fn is_leader(&self) -> bool {
+        self.0
+    }
+}
+
+impl Barrier {
+    /// A barrier for `n` participants (`n == 0` behaves like 1: `wait` returns at once).
+    pub fn new(n: usize) -> Barrier {
+        Barrier {
+            n: n.max(1),
+            state: RawMutex::new(
+                Rank::Primitive,
+                State { arrived: 0, generation: 0, waiters: Vec::with_capacity(n.saturating_sub(1)) },
+            ),
+        }
+    }
+
+    /// Arrives and waits for the others (parks an actor, blocks a thread).
+    pub fn wait(&self) -> BarrierWaitResult {
+        let mut s = self.state.lock();
+        s.arrived += 1;
+        if s.arrived == self.n {
+            s.arrived = 0;
+            s.generation += 1;
+            for w in s.waiters.drain(..) {
+                w.wake();
+            }
+            return BarrierWaitResult(true);
+        }
+        let generation = s.generation;
+        s.waiters.push(Waiter::current());
+        drop(s);
+        let mut guard = Leave { barrier: self, generation, released: false };
+        loop {
+            park_until(None);
+            if self.state.lock().generation != generation {
+                guard.released = true;
+                return BarrierWaitResult(false);
+            }
+        }
+    }
+}
+
+/// A participant unwinding out of `wait` (its actor is being stopped) withdraws its
+/// arrival, so the barrier never wakes a waiter that is gone.
+struct Leave<'a> {
+    barrier: &'a Barrier,
+    generation: u64,
+    released: bool,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let me = Waiter::current();
+        let mut s = self.barrier.state.lock();
+        if s.generation == self.generation {
+            if let Some(i) = s.waiters.iter().position(|w| w.same_as(&me)) {
+                s.waiters.swap_remove(i);
+                s.arrived -= 1;
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Barrier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Barrier").field("n", &self.n).finish()
+    }
+}
