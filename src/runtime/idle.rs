@@ -130,7 +130,6 @@ impl Idle {
     }
 
     /// Threads currently announced as sleeping (for tests and diagnostics).
-    #[allow(dead_code)]
     pub(crate) fn sleepers(&self) -> usize {
         self.sleeping.iter().map(|w| w.load(Ordering::Relaxed).count_ones() as usize).sum()
     }

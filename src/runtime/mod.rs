@@ -277,6 +277,9 @@ pub(crate) struct Shared {
     pub(crate) idle: Idle,
     /// Thread handles for unparking, set by each scheduler thread before it can sleep.
     threads: Box<[OnceLock<Thread>]>,
+    /// Per thread: how many times a waker claimed it and unparked it (diagnostics and the
+    /// wake-distribution tests).
+    unparks: Box<[AtomicUsize]>,
     pub(crate) inboxes: Box<[CachePadded<Inbox>]>,
     pub(crate) timers: Timers,
     pub(crate) stacks: StackPool,
@@ -293,6 +296,7 @@ impl Shared {
             run_queue: MpmcRing::new(config.max_actors),
             idle: Idle::new(config.threads),
             threads: (0..config.threads).map(|_| OnceLock::new()).collect(),
+            unparks: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
             inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
             timers: Timers::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),
@@ -308,6 +312,8 @@ impl Shared {
     }
 
     pub(crate) fn unpark(&self, k: usize) {
+        // Relaxed: a statistic.
+        self.unparks[k].fetch_add(1, Ordering::Relaxed);
         if let Some(t) = self.threads[k].get() {
             t.unpark();
         }
@@ -518,5 +524,37 @@ impl Waiter {
             Waiter::Actor { shared, pid } => unsafe { (**shared).wake(*pid) },
             Waiter::Thread(t) => t.unpark(),
         }
+    }
+}
+
+/// Read-only view of a runtime's scheduler state, for tests and diagnostics.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct Diagnostics {
+    shared: Arc<Shared>,
+}
+
+impl Diagnostics {
+    /// The runtime of the calling actor.
+    pub fn current() -> Option<Diagnostics> {
+        let w = current_worker();
+        // SAFETY: this thread's live worker.
+        (!w.is_null()).then(|| Diagnostics { shared: unsafe { (*w).shared_arc() } })
+    }
+    /// Scheduler threads announced as sleeping.
+    pub fn sleepers(&self) -> usize {
+        self.shared.idle.sleepers()
+    }
+    /// Per scheduler thread: how many times a waker claimed and unparked it.
+    pub fn unparks(&self) -> Vec<usize> {
+        self.shared.unparks.iter().map(|u| u.load(Ordering::Relaxed)).collect()
+    }
+    /// Actors waiting in the shared run queue.
+    pub fn run_queue_len(&self) -> usize {
+        self.shared.run_queue.len()
+    }
+    /// Number of scheduler threads.
+    pub fn threads(&self) -> usize {
+        self.shared.config.threads
     }
 }
