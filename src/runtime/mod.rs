@@ -26,12 +26,13 @@
 //! for it. That is the documented limit of cooperative scheduling.
 
 pub(crate) mod idle;
+mod park;
 pub(crate) mod worker;
 pub(crate) use worker::yield_now as worker_yield;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::Thread;
 
 use parking_lot::Mutex;
@@ -275,8 +276,8 @@ pub(crate) struct Shared {
     pub(crate) slab: Slab,
     pub(crate) run_queue: MpmcRing,
     pub(crate) idle: Idle,
-    /// Thread handles for unparking, set by each scheduler thread before it can sleep.
-    threads: Box<[OnceLock<Thread>]>,
+    /// One parker per scheduler thread, registered before the thread can sleep.
+    pub(crate) parkers: Box<[park::Parker]>,
     /// Per thread: how many times a waker claimed it and unparked it (diagnostics and the
     /// wake-distribution tests).
     unparks: Box<[AtomicUsize]>,
@@ -295,7 +296,7 @@ impl Shared {
             slab: Slab::new(config.max_actors),
             run_queue: MpmcRing::new(config.max_actors),
             idle: Idle::new(config.threads),
-            threads: (0..config.threads).map(|_| OnceLock::new()).collect(),
+            parkers: (0..config.threads).map(|_| park::Parker::default()).collect(),
             unparks: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
             inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
             timers: Timers::new(),
@@ -308,15 +309,13 @@ impl Shared {
     }
 
     pub(crate) fn register_thread(&self, k: usize) {
-        let _ = self.threads[k].set(std::thread::current());
+        self.parkers[k].register();
     }
 
     pub(crate) fn unpark(&self, k: usize) {
         // Relaxed: a statistic.
         self.unparks[k].fetch_add(1, Ordering::Relaxed);
-        if let Some(t) = self.threads[k].get() {
-            t.unpark();
-        }
+        self.parkers[k].unpark();
     }
 
     /// Spawns an actor running `f`.
@@ -455,7 +454,7 @@ impl Shared {
             return;
         }
         self.idle.claim_all();
-        for k in 0..self.threads.len() {
+        for k in 0..self.parkers.len() {
             self.unpark(k);
         }
     }

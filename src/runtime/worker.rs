@@ -297,10 +297,7 @@ impl Worker {
                 || sh.timers.due(Instant::now())
         };
         if sh.idle.prepare_park(self.index, has_work) {
-            match sh.timers.until_next(now) {
-                Some(d) => std::thread::park_timeout(d.max(Duration::from_micros(1))),
-                None => std::thread::park(),
-            }
+            sh.parkers[self.index].park(sh.timers.until_next(now).map(|d| d.max(Duration::from_micros(1))));
             sh.idle.clear(self.index);
         }
     }
