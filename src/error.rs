@@ -100,8 +100,6 @@ pub enum RunError {
     Root(DownReason),
     /// The root actor could not be spawned.
     Spawn(SpawnError),
-    /// No scheduler thread could be started.
-    Thread(io::Error),
     /// `run` was called from inside an actor; nest runtimes on a plain thread instead.
     Nested,
 }
@@ -111,7 +109,6 @@ impl fmt::Display for RunError {
         match self {
             RunError::Root(r) => write!(f, "smarm: the root actor ended without a value ({r})"),
             RunError::Spawn(e) => write!(f, "smarm: could not spawn the root actor: {e}"),
-            RunError::Thread(e) => write!(f, "smarm: could not start a scheduler thread: {e}"),
             RunError::Nested => f.write_str("smarm: Runtime::run called from inside an actor"),
         }
     }

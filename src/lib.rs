@@ -205,8 +205,8 @@ mod api {
     pub mod __private {
         pub use crate::context::raw_switch_pair_ticks;
         pub use crate::preempt::rdtsc;
-        pub use crate::runtime::Diagnostics;
         pub use crate::runtime::worker::scheduler_assigned_thread;
+        pub use crate::runtime::Diagnostics;
         pub use crate::stack::guard_method;
     }
 }

@@ -1,23 +1,34 @@
 //! The one door to atomics, cells and spinning for the lock-free parts of smarm
 //! (`run_queue`, the idle/park protocol). Under `cfg(loom)` it switches to loom's
 //! model-checked equivalents, so the loom models exercise exactly the production code.
+//!
+//! Under loom only this module, `run_queue` and `runtime::idle` are compiled, so most of
+//! their crate-private items have no user outside the models.
+#![cfg_attr(loom, allow(dead_code))]
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
-/// Gives way to a peer that is mid-operation. Under loom every wait is a yield, so the
-/// model explores the stalled peer's progress instead of spinning forever.
+/// Gives way to a peer that is mid-operation (a CPU spin-loop hint).
+///
+/// Under loom it does nothing. Every spin loop in smarm is bounded and escalates to
+/// [`yield_thread`] (`run_queue::Backoff`), and a spin hint has no effect on memory or
+/// scheduling, so the model loses nothing: a spinning thread simply re-reads, and loom may
+/// preempt it at each atomic access as it may on real hardware. Yielding here instead would
+/// turn each backoff round into dozens of scheduling points (`Backoff::snooze` spins up to
+/// 2^6 hints per round), and two waiting consumers ping-ponging those yields exceed loom's
+/// branch limit.
 #[inline]
 pub(crate) fn spin_hint() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
     #[cfg(not(loom))]
     core::hint::spin_loop();
 }
 
-/// Yields the OS thread (a peer may be descheduled mid-operation).
+/// Yields the OS thread (a peer may be descheduled mid-operation). Under loom this is
+/// `loom::thread::yield_now`, so a waiting thread lets the model run the stalled peer
+/// instead of spinning forever.
 #[inline]
 pub(crate) fn yield_thread() {
     #[cfg(loom)]
@@ -62,4 +73,13 @@ impl<T> core::ops::Deref for CachePadded<T> {
     fn deref(&self) -> &T {
         &self.0
     }
+}
+
+/// Runs a loom model with the given preemption bound, unless `LOOM_MAX_PREEMPTIONS` sets
+/// one (the other `LOOM_*` environment variables apply as usual).
+#[cfg(all(test, loom))]
+pub(crate) fn loom_check(preemption_bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound.get_or_insert(preemption_bound);
+    builder.check(f);
 }

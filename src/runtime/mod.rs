@@ -220,9 +220,8 @@ impl Runtime {
                 std::thread::Builder::new().name(format!("smarm-worker-{k}")).spawn(move || worker::thread_main(sh, k));
             match spawned {
                 Ok(h) => threads.push(h),
-                // Run on the threads we have: nothing is ever pinned to a thread that never
-                // ran, and thread 0 (this one) always exists.
-                Err(e) if k == 1 && shared.config.threads == 1 => return Err(RunError::Thread(e)),
+                // Run on the threads we have: thread 0 (this one) always exists, and nothing is
+                // ever pinned to a thread that never ran.
                 Err(_) => break,
             }
         }
