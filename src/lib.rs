@@ -48,6 +48,8 @@ mod context;
 mod error;
 mod loom_shim;
 #[cfg(not(loom))]
+mod mailbox;
+#[cfg(not(loom))]
 mod preempt;
 #[cfg(not(loom))]
 mod process;
@@ -84,15 +86,19 @@ mod api {
     pub use crate::actor::JoinHandle;
     pub use crate::context::tls_fence;
     pub use crate::error::{BuildError, RunError, SpawnError};
+    pub use crate::mailbox::{Addr, Envelope, Mailbox};
     pub use crate::preempt::{maybe_preempt, NoPreempt};
-    pub use crate::process::DownReason;
+    pub use crate::process::{
+        demonitor, demonitor_flush, exit, kill, link, monitor, recv_signal, recv_signal_timeout, register, trap_exit,
+        unlink, unregister, whereis, Down, DownReason, Exit, MonitorRef, RegisterError, Signal,
+    };
     use crate::runtime::current_worker;
     pub use crate::runtime::{
         Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_STACK_SIZE, DEFAULT_TIMESLICE_CYCLES,
         MIN_STACK_SIZE,
     };
     pub use crate::slot_state::Pid;
-    pub use crate::timer::{cancel as cancel_timer, send_after, TimerRef};
+    pub use crate::timer::{cancel as cancel_timer, send_after, send_after_addr, TimerRef};
 
     /// Runs `root` on a runtime with the default configuration and returns its value.
     ///
@@ -162,6 +168,156 @@ mod api {
         maybe_preempt();
         Ok(h)
     }
+
+    fn current_shared_ptr() -> Result<*const crate::runtime::Shared, SpawnError> {
+        let w = current_worker();
+        if w.is_null() {
+            return Err(SpawnError::NoRuntime);
+        }
+        // SAFETY: this thread's live worker; the runtime outlives the calling actor.
+        Ok(unsafe { (*w).shared() } as *const crate::runtime::Shared)
+    }
+
+    /// Spawns an actor with a typed [`Mailbox`] and returns its [`Addr`].
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let echo = smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| {
+    ///         if let smarm::Envelope::Msg(n) = mb.recv() { tx.send(n * 2).unwrap(); }
+    ///     });
+    ///     echo.send(21);
+    ///     assert_eq!(rx.recv(), Ok(42));
+    /// });
+    /// ```
+    ///
+    /// # Panics
+    /// Where [`spawn`] panics; see [`try_spawn_actor`].
+    pub fn spawn_actor<M, F, T>(f: F) -> Addr<M>
+    where
+        M: Send + 'static,
+        F: FnOnce(Mailbox<M>) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        try_spawn_actor(f).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`spawn_actor`], or why it could not.
+    pub fn try_spawn_actor<M, F, T>(f: F) -> Result<Addr<M>, SpawnError>
+    where
+        M: Send + 'static,
+        F: FnOnce(Mailbox<M>) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let shared = current_shared_ptr()?;
+        let mut addr = None;
+        // SAFETY: see `current_shared_ptr`.
+        let h = unsafe { &*shared }.spawn_with(false, |sh, pid| {
+            let (mb, sink) = crate::mailbox::new_mailbox::<M>(pid);
+            addr = Some(mb.addr());
+            crate::process::setup_child(sh, pid, Some(sink), None);
+            move || f(mb)
+        })?;
+        drop(h);
+        maybe_preempt();
+        Ok(addr.expect("make ran"))
+    }
+
+    /// Spawns an actor linked to the caller (the link exists before the child can run).
+    ///
+    /// # Panics
+    /// Outside an actor, or where [`spawn`] panics.
+    pub fn spawn_link<F, T>(f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let shared = current_shared_ptr().unwrap_or_else(|e| panic!("{e}"));
+        let parent = current_pid();
+        // SAFETY: see `current_shared_ptr`.
+        let sh = unsafe { &*shared };
+        let h = sh
+            .spawn_with(false, |sh, pid| {
+                crate::process::setup_child(sh, pid, None, Some(parent));
+                f
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        crate::process::add_link(sh, parent, h.pid());
+        maybe_preempt();
+        h
+    }
+
+    /// Spawns an actor monitored by the caller (the monitor exists before the child can run,
+    /// so a child that dies at once is reported with its real reason).
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (_h, mref) = smarm::spawn_monitor(|| panic!("boom"));
+    ///     match smarm::recv_signal() {
+    ///         smarm::Signal::Down(d) => {
+    ///             assert_eq!(d.monitor, mref);
+    ///             assert_eq!(d.reason, smarm::DownReason::Panic("boom".into()));
+    ///         }
+    ///         other => panic!("unexpected {other:?}"),
+    ///     }
+    /// });
+    /// ```
+    ///
+    /// # Panics
+    /// Outside an actor, or where [`spawn`] panics.
+    pub fn spawn_monitor<F, T>(f: F) -> (JoinHandle<T>, MonitorRef)
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let shared = current_shared_ptr().unwrap_or_else(|e| panic!("{e}"));
+        let sink = crate::process::current_sink();
+        let mut mref = None;
+        // SAFETY: see `current_shared_ptr`.
+        let h = unsafe { &*shared }
+            .spawn_with(false, |sh, pid| {
+                mref = Some(crate::process::setup_child_monitor(sh, pid, sink));
+                f
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        maybe_preempt();
+        (h, mref.expect("make ran"))
+    }
+
+    /// The [`Addr`] of the actor registered under `name`, typed. A wrong message type is an
+    /// error, not a panic.
+    pub fn whereis_addr<M: Send + 'static>(name: &str) -> Result<Addr<M>, LookupError> {
+        let pid = whereis(name).ok_or(LookupError::NotFound)?;
+        let shared = current_shared_ptr().map_err(|_| LookupError::NotFound)?;
+        // SAFETY: see `current_shared_ptr`.
+        let any = crate::process::sink_any(unsafe { &*shared }, pid).ok_or(LookupError::NotFound)?;
+        Addr::from_any(any).ok_or(LookupError::WrongType)
+    }
+
+    /// Sends `msg` to the actor registered under `name`.
+    pub fn send_named<M: Send + 'static>(name: &str, msg: M) -> Result<(), LookupError> {
+        whereis_addr::<M>(name)?.send(msg);
+        Ok(())
+    }
+
+    /// Why a name lookup failed.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum LookupError {
+        /// No live actor has that name.
+        NotFound,
+        /// The actor's mailbox carries another message type.
+        WrongType,
+    }
+
+    impl std::fmt::Display for LookupError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                LookupError::NotFound => f.write_str("smarm: no actor is registered under that name"),
+                LookupError::WrongType => f.write_str("smarm: the registered actor takes another message type"),
+            }
+        }
+    }
+    impl std::error::Error for LookupError {}
 
     /// Lets other actors run; the caller is resumed later, possibly on another thread. Off a
     /// runtime it yields the OS thread.

@@ -1,21 +1,64 @@
-//! Exit reasons (and, as the OTP milestone lands, monitors, links and exit signals).
+//! Erlang process semantics: exit reasons, monitors, links, exit signals, `kill`, and the
+//! registry of names. `../shared/SEMANTICS.md` is the specification.
+//!
+//! # Per-actor process state
+//!
+//! Each slab slot has a `proc` lock (rank `Process`, the lowest) guarding a [`ProcSlot`]:
+//! the generation whose exit has been processed, and a lazily allocated [`ProcState`]
+//! (signal sink, links, monitors on this actor, trap flag, registered name, pending exit
+//! reason). Actors that never use monitors, links or names never allocate one. A slot's
+//! state is reused, with its new generation, when the slot is reused.
+//!
+//! Only one `proc` lock is held at a time. Signal sinks (mailboxes) rank above it, so a
+//! Down can be pushed into a watcher's mailbox while the dying actor's `proc` lock is held:
+//! that is what makes `demonitor` exact (see below).
+//!
+//! # Exit, step by step ([`on_exit`], run on the dying actor's own stack)
+//!
+//! 1. Lock own `proc`; mark this generation exited (from here `monitor`/`link` see it as
+//!    dead); take the name, links and timers.
+//! 2. While still holding it, push `Down` into every monitor's sink (so a concurrent
+//!    `demonitor` either removes the monitor first or returns after the Down is queued).
+//! 3. Unlock; release the registered name (before anyone handles the Down: a monitor can
+//!    re-register the name at once — the name is taken before step 2 publishes).
+//! 4. Send an exit signal to every linked actor.
+//!
+//! Messages the actor sent before it died are already in their receivers' mailboxes, so a
+//! Down or Exit always arrives after them (mailboxes are FIFO).
+//!
+//! # Exit signals ([`exit`], links)
+//!
+//! A signal with reason R from F to T: if T traps exits it becomes an [`Exit`] message in
+//! T's mailbox; otherwise `Normal` is ignored and any other reason stops T with R (its
+//! `cancel` byte is set and T is woken; it unwinds at its next runtime call, destructors run).
+//! [`kill`] is not trappable and stops T with `Killed`; linked actors then receive `Killed`.
 
+use std::any::Any;
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-/// Why an actor ended, as reported by [`JoinHandle::join`](crate::JoinHandle::join) (and by
-/// monitors).
+use crate::runtime::{current_shared, Shared};
+use crate::slot_state::{Pid, CANCEL_EXIT, CANCEL_KILL};
+use crate::sync::raw_mutex::{Rank, RawMutex};
+
+/// Why an actor ended, as reported by [`JoinHandle::join`](crate::JoinHandle::join) and by
+/// monitors and links.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum DownReason {
     /// The actor's body returned.
     Normal,
     /// The actor panicked; the panic message (or `"Box<dyn Any>"` for a non-string payload).
     Panic(String),
-    /// The actor was killed.
+    /// The actor was killed (`kill`, or a link to a killed actor).
     Killed,
     /// The pid did not refer to a live actor.
     NoProc,
-    /// The runtime shut the actor down (for example because the root actor returned).
+    /// The runtime (or a supervisor) shut the actor down.
     Shutdown,
+    /// Any other reason given to [`exit`].
+    Custom(String),
 }
 
 impl fmt::Display for DownReason {
@@ -26,18 +69,19 @@ impl fmt::Display for DownReason {
             DownReason::Killed => f.write_str("killed"),
             DownReason::NoProc => f.write_str("noproc"),
             DownReason::Shutdown => f.write_str("shutdown"),
+            DownReason::Custom(r) => write!(f, "{r}"),
         }
     }
 }
 
 impl std::error::Error for DownReason {}
 
-/// The unwind payload smarm uses to stop an actor (shutdown, later kill). Never shown to a
-/// panic hook (raised with `resume_unwind`); mapped back to a [`DownReason`] at the entry.
+/// The unwind payload smarm uses to stop an actor (shutdown, kill, exit signals). Never shown
+/// to a panic hook (raised with `resume_unwind`); mapped back to a [`DownReason`] at the entry.
 pub(crate) struct Cancelled(pub(crate) DownReason);
 
 /// Maps a caught unwind payload to the actor's exit reason.
-pub(crate) fn reason_from_payload(payload: Box<dyn std::any::Any + Send>) -> DownReason {
+pub(crate) fn reason_from_payload(payload: Box<dyn Any + Send>) -> DownReason {
     let payload = match payload.downcast::<Cancelled>() {
         Ok(c) => return c.0,
         Err(p) => p,
@@ -50,4 +94,547 @@ pub(crate) fn reason_from_payload(payload: Box<dyn std::any::Any + Send>) -> Dow
         Ok(s) => DownReason::Panic((*s).to_string()),
         Err(_) => DownReason::Panic("Box<dyn Any>".to_string()),
     }
+}
+
+/// Identifies one monitor (each `monitor` call creates an independent one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MonitorRef {
+    id: u64,
+    target: Pid,
+}
+
+impl MonitorRef {
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The monitored actor.
+    pub fn target(&self) -> Pid {
+        self.target
+    }
+}
+
+/// A monitored actor ended (or was not alive when the monitor was set up: `NoProc`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Down {
+    /// The monitor that fired.
+    pub monitor: MonitorRef,
+    /// The actor that ended.
+    pub pid: Pid,
+    /// Why.
+    pub reason: DownReason,
+}
+
+/// An exit signal received by an actor that traps exits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    /// Who sent it (the linked actor that ended, or the caller of `exit`).
+    pub from: Pid,
+    /// Why.
+    pub reason: DownReason,
+}
+
+/// A signal as delivered into a mailbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// A monitor fired.
+    Down(Down),
+    /// An exit signal (trapping actors only).
+    Exit(Exit),
+}
+
+/// Where an actor's signals go: its mailbox.
+pub(crate) trait SignalSink: Send + Sync {
+    /// Appends a signal (FIFO with the actor's messages) and wakes the actor.
+    fn push_signal(&self, signal: Signal);
+    /// Removes a queued Down of monitor `id` (for `demonitor_flush`).
+    fn remove_down(&self, id: u64) -> bool;
+    /// The mailbox as `Any`, for typed name lookup.
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+pub(crate) struct MonitorEntry {
+    id: u64,
+    sink: Arc<dyn SignalSink>,
+}
+
+/// Lazily allocated process state of one occupancy of a slot.
+pub(crate) struct ProcState {
+    pub(crate) gen: u32,
+    pub(crate) sink: Option<Arc<dyn SignalSink>>,
+    pub(crate) trap_exit: bool,
+    links: Vec<Pid>,
+    monitors: Vec<MonitorEntry>,
+    name: Option<String>,
+    /// Reason for a pending `CANCEL_EXIT`.
+    exit_reason: Option<DownReason>,
+    /// Timers aimed at this actor, cancelled when it exits.
+    pub(crate) timers: Vec<crate::timer::TimerKey>,
+}
+
+impl ProcState {
+    fn reset(&mut self, gen: u32) {
+        self.gen = gen;
+        self.sink = None;
+        self.trap_exit = false;
+        self.links.clear();
+        self.monitors.clear();
+        self.name = None;
+        self.exit_reason = None;
+        self.timers.clear();
+    }
+}
+
+/// The value behind a slot's `proc` lock. All-zero is "no state, nothing exited".
+pub(crate) struct ProcSlot {
+    /// Generation whose exit has been processed (0: none yet).
+    exited_gen: u32,
+    state: Option<Box<ProcState>>,
+}
+
+pub(crate) type ProcLock = RawMutex<ProcSlot>;
+
+impl ProcSlot {
+    /// The state of occupancy `gen`, allocating or recycling it.
+    fn state_for(&mut self, gen: u32) -> &mut ProcState {
+        let st = self.state.get_or_insert_with(|| {
+            Box::new(ProcState {
+                gen,
+                sink: None,
+                trap_exit: false,
+                links: Vec::new(),
+                monitors: Vec::new(),
+                name: None,
+                exit_reason: None,
+                timers: Vec::new(),
+            })
+        });
+        if st.gen != gen {
+            st.reset(gen);
+        }
+        st
+    }
+
+    /// The state of occupancy `gen` if it exists.
+    fn existing(&mut self, gen: u32) -> Option<&mut ProcState> {
+        self.state.as_deref_mut().filter(|s| s.gen == gen)
+    }
+}
+
+static NEXT_MONITOR: AtomicU64 = AtomicU64::new(1);
+
+fn proc_lock(sh: &Shared, pid: Pid) -> Option<&ProcLock> {
+    sh.slab.try_slot(pid.index()).map(|s| &s.proc)
+}
+
+/// True if `pid` is alive and its exit has not been processed, judged under its proc lock.
+fn alive_locked(sh: &Shared, slot: &ProcSlot, pid: Pid) -> bool {
+    slot.exited_gen != pid.generation() && sh.slab.is_live(pid)
+}
+
+/// The calling actor's runtime and pid, or a panic naming `what`.
+fn me(what: &str) -> (&'static Shared, Pid) {
+    match current_shared() {
+        // SAFETY: the runtime outlives its running actor; 'static is not observable past it.
+        Some((sh, pid)) => (unsafe { &*sh }, pid),
+        None => panic!("smarm::{what} called outside an actor"),
+    }
+}
+
+/// The sink of the calling actor, creating its signal-only mailbox if it has none.
+fn own_sink(sh: &Shared, pid: Pid) -> Arc<dyn SignalSink> {
+    let lock = proc_lock(sh, pid).expect("own slot");
+    let mut slot = lock.lock();
+    let st = slot.state_for(pid.generation());
+    if let Some(s) = &st.sink {
+        return s.clone();
+    }
+    let mb: Arc<dyn SignalSink> = crate::mailbox::new_signal_box();
+    st.sink = Some(mb.clone());
+    mb
+}
+
+/// Installs `sink` as the signal sink of a not-yet-published actor (spawn_actor), and sets
+/// up the optional link/monitor from `parent` (spawn_link / spawn_monitor).
+pub(crate) fn setup_child(sh: &Shared, child: Pid, sink: Option<Arc<dyn SignalSink>>, link_to: Option<Pid>) {
+    let lock = proc_lock(sh, child).expect("child slot");
+    let mut slot = lock.lock();
+    let st = slot.state_for(child.generation());
+    st.sink = sink;
+    if let Some(p) = link_to {
+        st.links.push(p);
+    }
+}
+
+/// Adds a monitor on a not-yet-published child (spawn_monitor).
+pub(crate) fn setup_child_monitor(sh: &Shared, child: Pid, watcher_sink: Arc<dyn SignalSink>) -> MonitorRef {
+    let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
+    let lock = proc_lock(sh, child).expect("child slot");
+    let mut slot = lock.lock();
+    slot.state_for(child.generation()).monitors.push(MonitorEntry { id, sink: watcher_sink });
+    MonitorRef { id, target: child }
+}
+
+/// Adds `child` to the links of `parent` (the other half of spawn_link).
+pub(crate) fn add_link(sh: &Shared, parent: Pid, child: Pid) {
+    if let Some(lock) = proc_lock(sh, parent) {
+        let mut slot = lock.lock();
+        let st = slot.state_for(parent.generation());
+        if !st.links.contains(&child) {
+            st.links.push(child);
+        }
+    }
+}
+
+/// The calling actor's sink (for spawn_monitor).
+pub(crate) fn current_sink() -> Arc<dyn SignalSink> {
+    let (sh, pid) = me("spawn_monitor");
+    own_sink(sh, pid)
+}
+
+/// Monitors `pid`: when it ends, a [`Down`] is delivered to the caller's mailbox (plain
+/// `spawn` actors: read it with [`recv_signal`]). Monitoring a dead or stale pid delivers
+/// `Down { reason: NoProc }` at once. Each call creates an independent monitor.
+///
+/// # Panics
+/// Outside an actor.
+pub fn monitor(pid: Pid) -> MonitorRef {
+    let (sh, me) = me("monitor");
+    let sink = own_sink(sh, me);
+    let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
+    let mref = MonitorRef { id, target: pid };
+    if let Some(lock) = proc_lock(sh, pid) {
+        let mut slot = lock.lock();
+        if alive_locked(sh, &slot, pid) {
+            slot.state_for(pid.generation()).monitors.push(MonitorEntry { id, sink });
+            return mref;
+        }
+    }
+    sink.push_signal(Signal::Down(Down { monitor: mref, pid, reason: DownReason::NoProc }));
+    mref
+}
+
+/// Removes a monitor. After it returns no new Down for `mref` is delivered (one already
+/// queued stays; see [`demonitor_flush`]). Returns true if the monitor was still active.
+pub fn demonitor(mref: MonitorRef) -> bool {
+    let (sh, _) = me("demonitor");
+    let Some(lock) = proc_lock(sh, mref.target) else { return false };
+    let mut slot = lock.lock();
+    match slot.existing(mref.target.generation()) {
+        Some(st) => match st.monitors.iter().position(|m| m.id == mref.id) {
+            Some(i) => {
+                st.monitors.swap_remove(i);
+                true
+            }
+            None => false,
+        },
+        None => false,
+    }
+}
+
+/// [`demonitor`], and also removes a Down for `mref` already in the caller's mailbox.
+pub fn demonitor_flush(mref: MonitorRef) -> bool {
+    let active = demonitor(mref);
+    let (sh, me) = me("demonitor_flush");
+    let removed = own_sink(sh, me).remove_down(mref.id);
+    active || removed
+}
+
+/// Links the caller and `pid` (bidirectional; at most one link per pair). If `pid` is not
+/// alive: a trapping caller receives `Exit { from: pid, reason: NoProc }`, a non-trapping
+/// caller gets `Err(DownReason::NoProc)`.
+pub fn link(pid: Pid) -> Result<(), DownReason> {
+    let (sh, me) = me("link");
+    if pid == me {
+        return Ok(());
+    }
+    let linked = match proc_lock(sh, pid) {
+        Some(lock) => {
+            let mut slot = lock.lock();
+            if alive_locked(sh, &slot, pid) {
+                let st = slot.state_for(pid.generation());
+                if !st.links.contains(&me) {
+                    st.links.push(me);
+                }
+                true
+            } else {
+                false
+            }
+        }
+        None => false,
+    };
+    if linked {
+        add_link(sh, me, pid);
+        return Ok(());
+    }
+    let trapping = {
+        let mut slot = proc_lock(sh, me).expect("own slot").lock();
+        slot.existing(me.generation()).is_some_and(|s| s.trap_exit)
+    };
+    if trapping {
+        own_sink(sh, me).push_signal(Signal::Exit(Exit { from: pid, reason: DownReason::NoProc }));
+        Ok(())
+    } else {
+        Err(DownReason::NoProc)
+    }
+}
+
+/// Removes the link between the caller and `pid`, if any. After it returns, the link has
+/// no further effect.
+pub fn unlink(pid: Pid) {
+    let (sh, me) = me("unlink");
+    for (a, b) in [(me, pid), (pid, me)] {
+        if let Some(lock) = proc_lock(sh, a) {
+            let mut slot = lock.lock();
+            if let Some(st) = slot.existing(a.generation()) {
+                st.links.retain(|p| *p != b);
+            }
+        }
+    }
+}
+
+/// Sets whether the caller traps exits (receives exit signals as [`Exit`] messages instead of
+/// dying). Returns the previous setting.
+pub fn trap_exit(on: bool) -> bool {
+    let (sh, me) = me("trap_exit");
+    if on {
+        own_sink(sh, me); // a trapping actor needs somewhere to receive Exit
+    }
+    let mut slot = proc_lock(sh, me).expect("own slot").lock();
+    let st = slot.state_for(me.generation());
+    std::mem::replace(&mut st.trap_exit, on)
+}
+
+/// Sends an exit signal with `reason` to `pid` (see the module doc). `exit(pid, Normal)` is
+/// ignored by a non-trapping target; `Killed` behaves like [`kill`].
+pub fn exit(pid: Pid, reason: DownReason) {
+    let (sh, me) = me("exit");
+    if reason == DownReason::Killed {
+        kill(pid);
+        return;
+    }
+    send_exit_signal(sh, me, pid, reason);
+}
+
+/// Stops `pid` with [`DownReason::Killed`]; not trappable. Delivered at the target's next
+/// runtime call (at once if it is parked) as an unwind that runs destructors and that a
+/// `catch_unwind` cannot swallow for good (it is raised again at the next runtime call). An
+/// actor spinning without runtime calls is out of reach until it makes one.
+pub fn kill(pid: Pid) {
+    let (sh, _) = me("kill");
+    stop(sh, pid, CANCEL_KILL, None);
+}
+
+/// Marks `pid` for stopping and wakes it.
+fn stop(sh: &Shared, pid: Pid, code: u8, reason: Option<DownReason>) {
+    let Some(lock) = proc_lock(sh, pid) else { return };
+    {
+        let mut slot = lock.lock();
+        if !alive_locked(sh, &slot, pid) {
+            return;
+        }
+        if let Some(r) = reason {
+            slot.state_for(pid.generation()).exit_reason = Some(r);
+        }
+        let cancel = &sh.slab.slot(pid.index()).cancel;
+        // A kill is never downgraded by a later exit signal.
+        // Release: the target reads the reason after seeing the code (Acquire).
+        if cancel.load(Ordering::Relaxed) != CANCEL_KILL {
+            cancel.store(code, Ordering::Release);
+        }
+    }
+    sh.wake(pid);
+}
+
+/// Delivers an exit signal from `from` to `to` with `reason`.
+fn send_exit_signal(sh: &Shared, from: Pid, to: Pid, reason: DownReason) {
+    let Some(lock) = proc_lock(sh, to) else { return };
+    let sink = {
+        let mut slot = lock.lock();
+        if !alive_locked(sh, &slot, to) {
+            return;
+        }
+        match slot.existing(to.generation()) {
+            Some(st) if st.trap_exit => st.sink.clone(),
+            _ => None,
+        }
+    };
+    match sink {
+        Some(sink) => sink.push_signal(Signal::Exit(Exit { from, reason })),
+        None if reason == DownReason::Normal => {}
+        None => stop(sh, to, CANCEL_EXIT, Some(reason)),
+    }
+}
+
+/// The reason for the caller's pending `CANCEL_EXIT`.
+pub(crate) fn pending_exit_reason(sh: &Shared, pid: Pid) -> DownReason {
+    proc_lock(sh, pid)
+        .and_then(|l| l.lock().existing(pid.generation()).and_then(|s| s.exit_reason.clone()))
+        .unwrap_or(DownReason::Killed)
+}
+
+/// Exit steps 1-4 (module doc), run on the dying actor's own stack.
+pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
+    let lock = &sh.slab.slot(pid.index()).proc;
+    let (name, links, timers) = {
+        let mut slot = lock.lock();
+        slot.exited_gen = pid.generation();
+        let Some(st) = slot.existing(pid.generation()) else { return };
+        let name = st.name.take();
+        if let Some(n) = &name {
+            // Step 3 happens before step 2 publishes: release the name first.
+            sh.registry.release(n, pid);
+        }
+        for m in st.monitors.drain(..) {
+            m.sink.push_signal(Signal::Down(Down {
+                monitor: MonitorRef { id: m.id, target: pid },
+                pid,
+                reason: reason.clone(),
+            }));
+        }
+        st.sink = None;
+        (name, std::mem::take(&mut st.links), std::mem::take(&mut st.timers))
+    };
+    drop(name);
+    for key in timers {
+        sh.timers.cancel(key);
+    }
+    // Links: `Killed` propagates as `Killed` (trappable for the receivers).
+    for l in links {
+        if let Some(lock) = proc_lock(sh, l) {
+            let mut slot = lock.lock();
+            if let Some(st) = slot.existing(l.generation()) {
+                st.links.retain(|p| *p != pid);
+            }
+        }
+        send_exit_signal(sh, pid, l, reason.clone());
+    }
+}
+
+/// Registers a timer aimed at `pid`, cancelled when it exits. Returns false if `pid` is dead.
+pub(crate) fn track_timer(sh: &Shared, pid: Pid, key: crate::timer::TimerKey) -> bool {
+    let Some(lock) = proc_lock(sh, pid) else { return false };
+    let mut slot = lock.lock();
+    if !alive_locked(sh, &slot, pid) {
+        return false;
+    }
+    slot.state_for(pid.generation()).timers.push(key);
+    true
+}
+
+/// The typed mailbox of a live actor (for name lookup), as `Any`.
+pub(crate) fn sink_any(sh: &Shared, pid: Pid) -> Option<Arc<dyn Any + Send + Sync>> {
+    let mut slot = proc_lock(sh, pid)?.lock();
+    if !alive_locked(sh, &slot, pid) {
+        return None;
+    }
+    slot.existing(pid.generation()).and_then(|s| s.sink.clone()).map(|s| s.as_any())
+}
+
+// ------------------------------------------------------------------------------------------
+// Registry
+// ------------------------------------------------------------------------------------------
+
+/// Why [`register`] failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegisterError {
+    /// The name is taken by a live actor.
+    NameTaken(Pid),
+    /// The actor already has a name.
+    AlreadyNamed(String),
+    /// The actor is not alive.
+    NoProc,
+}
+
+impl fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegisterError::NameTaken(p) => write!(f, "smarm: name already registered to {p}"),
+            RegisterError::AlreadyNamed(n) => write!(f, "smarm: actor already registered as {n:?}"),
+            RegisterError::NoProc => f.write_str("smarm: cannot register a dead actor"),
+        }
+    }
+}
+impl std::error::Error for RegisterError {}
+
+/// Names of live actors in one runtime (rank `Registry`, above `Process`).
+pub(crate) struct Registry {
+    names: RawMutex<HashMap<String, Pid>>,
+}
+
+impl Registry {
+    pub(crate) fn new() -> Registry {
+        Registry { names: RawMutex::new(Rank::Registry, HashMap::new()) }
+    }
+
+    fn release(&self, name: &str, pid: Pid) {
+        let mut names = self.names.lock();
+        if names.get(name) == Some(&pid) {
+            names.remove(name);
+        }
+    }
+
+    pub(crate) fn lookup(&self, name: &str) -> Option<Pid> {
+        self.names.lock().get(name).copied()
+    }
+}
+
+/// Registers `pid` under `name` in the caller's runtime. The name is released when the
+/// actor ends, before its monitors and links are told.
+pub fn register(name: impl Into<String>, pid: Pid) -> Result<(), RegisterError> {
+    let (sh, _) = me("register");
+    let name = name.into();
+    let lock = proc_lock(sh, pid).ok_or(RegisterError::NoProc)?;
+    let mut slot = lock.lock();
+    if !alive_locked(sh, &slot, pid) {
+        return Err(RegisterError::NoProc);
+    }
+    let st = slot.state_for(pid.generation());
+    if let Some(n) = &st.name {
+        return Err(RegisterError::AlreadyNamed(n.clone()));
+    }
+    {
+        let mut names = sh.registry.names.lock();
+        if let Some(&holder) = names.get(&name) {
+            if sh.slab.is_live(holder) {
+                return Err(RegisterError::NameTaken(holder));
+            }
+        }
+        names.insert(name.clone(), pid);
+    }
+    st.name = Some(name);
+    Ok(())
+}
+
+/// Removes a name; returns the pid it named.
+pub fn unregister(name: &str) -> Option<Pid> {
+    let (sh, _) = me("unregister");
+    let pid = sh.registry.names.lock().remove(name)?;
+    if let Some(lock) = proc_lock(sh, pid) {
+        if let Some(st) = lock.lock().existing(pid.generation()) {
+            if st.name.as_deref() == Some(name) {
+                st.name = None;
+            }
+        }
+    }
+    Some(pid)
+}
+
+/// The live actor registered under `name`, if any.
+pub fn whereis(name: &str) -> Option<Pid> {
+    let (sh, _) = me("whereis");
+    sh.registry.lookup(name).filter(|p| sh.slab.is_live(*p))
+}
+
+/// Receives the next signal of a plain `spawn` actor (its signal-only mailbox), parking
+/// until one arrives. Mailbox actors receive signals through their [`Mailbox`](crate::Mailbox).
+pub fn recv_signal() -> Signal {
+    let (sh, me) = me("recv_signal");
+    crate::mailbox::recv_signal_from(own_sink(sh, me), None).expect("no deadline")
+}
+
+/// Like [`recv_signal`], giving up after `timeout`.
+pub fn recv_signal_timeout(timeout: std::time::Duration) -> Option<Signal> {
+    let (sh, me) = me("recv_signal_timeout");
+    crate::mailbox::recv_signal_from(own_sink(sh, me), Some(std::time::Instant::now() + timeout))
 }

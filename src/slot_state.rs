@@ -99,6 +99,8 @@ pub(crate) const UNPINNED: u32 = u32::MAX;
 /// Why an actor is asked to stop (the `cancel` byte of a slot).
 pub(crate) const CANCEL_NONE: u8 = 0;
 pub(crate) const CANCEL_SHUTDOWN: u8 = 1;
+pub(crate) const CANCEL_KILL: u8 = 2;
+pub(crate) const CANCEL_EXIT: u8 = 3;
 
 pub(crate) struct Slot {
     /// See the module doc.
@@ -115,6 +117,9 @@ pub(crate) struct Slot {
     /// before publication, then the scheduler thread that claimed it and the actor itself
     /// while it runs there).
     pub(crate) cell: core::cell::UnsafeCell<ActorCell>,
+    /// Process state (links, monitors, name); see `process`. All-zero is valid: unlocked,
+    /// rank `Process`, nothing allocated.
+    pub(crate) proc: crate::process::ProcLock,
 }
 
 /// Outcome of [`Slab::wake`].
@@ -162,6 +167,11 @@ impl Slab {
     #[inline]
     pub(crate) fn slot(&self, index: u32) -> &Slot {
         &self.slots[index as usize]
+    }
+
+    /// The slot at `index`, if in range (a pid from another runtime may not be).
+    pub(crate) fn try_slot(&self, index: u32) -> Option<&Slot> {
+        self.slots.get(index as usize)
     }
 
     /// Slots that were ever handed out: the root-exit sweep looks only at these.
@@ -293,7 +303,6 @@ impl Slab {
     }
 
     /// Whether `pid` is a live occupancy (not FREE or DONE, same generation). A snapshot.
-    #[allow(dead_code)] // used by tests now, by monitors with the process milestone
     pub(crate) fn is_live(&self, pid: Pid) -> bool {
         self.slots.get(pid.index as usize).is_some_and(|s| {
             let w = s.state.load(Ordering::Acquire);
@@ -356,8 +365,10 @@ fn zeroed_slots(len: usize) -> Box<[Slot]> {
     use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
     let layout = Layout::array::<Slot>(len).expect("slab size overflows");
     // SAFETY: every field of `Slot` is valid as all-zero bytes: atomics (FREE, generation 0,
-    // link 0, no cancel, pinned 0 which is overwritten before use), and `ActorCell`, whose
-    // doc states that all-zero is its empty value. The allocation has the layout of
+    // link 0, no cancel, pinned 0 which is overwritten before use), `ActorCell`, whose
+    // doc states that all-zero is its empty value, and the proc lock (an unlocked flag, rank
+    // `Process` = 0, exited generation 0 and `Option<Box<_>>::None`, which is a null
+    // pointer). The allocation has the layout of
     // `[Slot; len]`. Large allocations come from fresh mmap'd pages, so building a runtime
     // costs no initialisation pass over the slab.
     unsafe {

@@ -238,3 +238,27 @@ pub fn cancel(timer: TimerRef) -> Option<Duration> {
         }
     }
 }
+
+/// Sends `msg` to `addr` once `delay` has passed (never earlier); cancelled automatically if
+/// the target actor ends first. Must be called from an actor of the target's runtime.
+///
+/// # Panics
+/// Outside an actor.
+pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::Addr<M>, msg: M) -> TimerRef {
+    let deadline = Instant::now() + delay;
+    let w = crate::runtime::current_worker();
+    assert!(!w.is_null(), "smarm::send_after_addr called outside an actor");
+    // SAFETY: this thread's live worker.
+    let shared = unsafe { (*w).shared_arc() };
+    let target = addr.clone();
+    let pid = addr.pid();
+    let action = Action::Run(Box::new(move || target.send(msg)));
+    let (key, earliest) = shared.timers.insert_action(deadline, action);
+    if !crate::process::track_timer(&shared, pid, key) {
+        shared.timers.cancel(key); // the target is already gone
+    }
+    if earliest {
+        shared.wake_one();
+    }
+    TimerRef { kind: RefKind::Runtime { rt: std::sync::Arc::downgrade(&shared), key } }
+}

@@ -46,7 +46,7 @@ use crate::slot_state::{Pid, Slab, Wake, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED}
 use crate::stack::StackPool;
 use crate::timer::Timers;
 use idle::Idle;
-pub(crate) use worker::{current_worker, park_current, park_until};
+pub(crate) use worker::{current_actor_pid as current_shared, current_worker, park_current, park_until};
 
 /// Smallest stack an actor can start, panic, print and unwind on.
 pub const MIN_STACK_SIZE: usize = 32 * 1024;
@@ -282,6 +282,7 @@ pub(crate) struct Shared {
     unparks: Box<[AtomicUsize]>,
     pub(crate) inboxes: Box<[CachePadded<Inbox>]>,
     pub(crate) timers: Timers,
+    pub(crate) registry: crate::process::Registry,
     pub(crate) stacks: StackPool,
     /// Actors spawned and not yet retired.
     live: AtomicUsize,
@@ -299,6 +300,7 @@ impl Shared {
             unparks: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
             inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
             timers: Timers::new(),
+            registry: crate::process::Registry::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),
             live: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
@@ -323,6 +325,21 @@ impl Shared {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        self.spawn_with(is_root, |_, _| f)
+    }
+
+    /// Spawns an actor whose closure is made by `make` once the pid is known, before the
+    /// actor is published (so process state — mailbox, link, monitor — can be set up before
+    /// it can run).
+    pub(crate) fn spawn_with<F, T>(
+        &self,
+        is_root: bool,
+        make: impl FnOnce(&Shared, Pid) -> F,
+    ) -> Result<JoinHandle<T>, SpawnError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
         // Relaxed: an early refusal is only an optimisation; step 3 of the shutdown
         // protocol (below) is what makes the race safe.
         if self.shutting_down.load(Ordering::Relaxed) {
@@ -336,7 +353,8 @@ impl Shared {
                 return Err(SpawnError::Stack(e));
             }
         };
-        let (task, join) = actor::new_task(f);
+        let pid = Pid::new(index, gen);
+        let (task, join) = actor::new_task(make(self, pid));
         let slot = self.slab.slot(index);
         // SAFETY: the slot was just popped from the free list, so it is FREE and ours alone
         // until `publish_queued`; the entry argument is the slot, which outlives the actor.
@@ -361,7 +379,6 @@ impl Shared {
         slot.pinned.store(UNPINNED, Ordering::Relaxed);
         self.live.fetch_add(1, Ordering::AcqRel);
         self.slab.publish_queued(index, gen);
-        let pid = Pid::new(index, gen);
         self.run_queue.push(index);
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
                          // Relaxed after the fence: see shutdown step 3.

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use crate::actor::{self, INTENT_DONE, INTENT_PARK, INTENT_YIELD};
 use crate::context::{fp_control_read, fp_control_switch, switch_to_actor, switch_to_scheduler, FpControl};
 use crate::process::{Cancelled, DownReason};
-use crate::slot_state::{Pid, Slot, CANCEL_NONE, UNPINNED};
+use crate::slot_state::{Pid, Slot, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::{self, AltStack, Stack, GUARD_BYTES};
 
 use super::Shared;
@@ -333,12 +333,15 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8) -> ! {
     // SAFETY: the spawner passed the actor's slot, which lives as long as the runtime.
     let slot = unsafe { &*(arg as *const Slot) };
     let cell = slot.cell.get();
-    // Acquire: pairs with the sweep's Release store of the cancel request.
-    let cancelled = (slot.cancel.load(Ordering::Acquire) != CANCEL_NONE).then_some(DownReason::Shutdown);
+    let cancelled = cancel_reason(slot);
     // SAFETY: we are the running actor; the task reference is the control block's.
     unsafe {
         let task = (*cell).task.expect("smarm: actor started without a task");
-        actor::run(task, cancelled);
+        let reason = actor::run(task, cancelled);
+        // Process exit (names, monitors, links) on our own stack, before the slot is freed.
+        if let Some((shared, pid)) = current_actor_pid() {
+            crate::process::on_exit(&*shared, pid, &reason);
+        }
         (*cell).intent = INTENT_DONE;
         switch_to_scheduler((*cell).sched_sp);
     }
@@ -390,10 +393,39 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
 
 /// Unwinds the running actor if it has been asked to stop, unless it is already unwinding.
 fn check_cancelled(slot: &Slot) {
-    // Acquire: pairs with the Release store of the request.
-    let c = slot.cancel.load(Ordering::Acquire);
-    if c != CANCEL_NONE && !thread_panicking() {
-        std::panic::resume_unwind(Box::new(Cancelled(DownReason::Shutdown)));
+    if let Some(reason) = cancel_reason(slot) {
+        if !thread_panicking() {
+            std::panic::resume_unwind(Box::new(Cancelled(reason)));
+        }
+    }
+}
+
+/// The reason the running actor has been asked to stop, if any.
+fn cancel_reason(slot: &Slot) -> Option<DownReason> {
+    // Acquire: pairs with the Release store of the request (and of an exit reason).
+    match slot.cancel.load(Ordering::Acquire) {
+        CANCEL_NONE => None,
+        CANCEL_SHUTDOWN => Some(DownReason::Shutdown),
+        CANCEL_KILL => Some(DownReason::Killed),
+        CANCEL_EXIT => {
+            let (shared, pid) = current_actor_pid()?;
+            // SAFETY: the runtime outlives its running actor.
+            Some(crate::process::pending_exit_reason(unsafe { &*shared }, pid))
+        }
+        _ => Some(DownReason::Killed),
+    }
+}
+
+/// Unwinds the running actor if it has been asked to stop (for runtime calls that do not
+/// switch, e.g. `maybe_preempt`).
+pub(crate) fn check_cancelled_current() {
+    let w = current_worker();
+    if w.is_null() {
+        return;
+    }
+    // SAFETY: this thread's live worker.
+    if let Some(slot) = unsafe { &*w }.current_slot() {
+        check_cancelled(slot);
     }
 }
 

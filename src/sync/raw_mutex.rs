@@ -23,10 +23,16 @@ use crate::run_queue::Backoff;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub(crate) enum Rank {
-    /// Channel, oneshot, watch, mutex, barrier, wait-group state.
-    Primitive = 1,
-    /// The runtime's timer map (a primitive may register a timeout while holding its lock).
-    Timers = 2,
+    /// An actor's process state (`process`): links, monitors, name. Zero so that a zeroed
+    /// slab slot holds a valid lock (such locks are made by zeroing, never by `new`).
+    #[allow(dead_code)]
+    Process = 0,
+    /// The runtime's name registry.
+    Registry = 1,
+    /// Channel, mailbox, oneshot, watch, mutex, barrier, wait-group state.
+    Primitive = 2,
+    /// The runtime's timer map.
+    Timers = 3,
 }
 
 pub(crate) struct RawMutex<T> {

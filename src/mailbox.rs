@@ -1,0 +1,299 @@
+//! Mailboxes: one FIFO per actor carrying its typed messages *and* its signals (Down, Exit)
+//! in arrival order, so "a message sent before an actor died arrives before its Down" falls
+//! out of the queue order, as in Erlang.
+//!
+//! [`spawn_actor`] gives the actor a [`Mailbox<M>`] and returns an [`Addr<M>`]: a cheap,
+//! cloneable handle carrying the pid. Sending to a dead actor is a silent no-op: the
+//! mailbox belongs to one occupancy of a slot, so a newer actor in the same slot never
+//! receives it. Plain `spawn` actors get a signal-only mailbox on first use (monitor,
+//! trap_exit), read with [`recv_signal`](crate::recv_signal).
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::channel::{SelectRecv, SelectWaiter, Selectable};
+use crate::process::{Down, Exit, Signal, SignalSink};
+use crate::runtime::{park_until, Waiter};
+use crate::slot_state::Pid;
+use crate::sync::raw_mutex::{Rank, RawMutex};
+
+/// What an actor receives: a message, or a signal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Envelope<M> {
+    /// A message sent to the actor's [`Addr`].
+    Msg(M),
+    /// A monitor fired.
+    Down(Down),
+    /// An exit signal (the actor traps exits).
+    Exit(Exit),
+}
+
+impl<M> Envelope<M> {
+    /// The message, if this is one.
+    pub fn into_msg(self) -> Option<M> {
+        match self {
+            Envelope::Msg(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
+struct State<M> {
+    queue: VecDeque<Envelope<M>>,
+    /// The owning actor, parked in a receive.
+    waiter: Option<Waiter>,
+    /// False once the owning `Mailbox` is gone: sends are dropped.
+    alive: bool,
+}
+
+pub(crate) struct MailboxInner<M> {
+    state: RawMutex<State<M>>,
+    pid: Pid,
+}
+
+impl<M> MailboxInner<M> {
+    fn new(pid: Pid) -> Arc<Self> {
+        Arc::new(MailboxInner {
+            state: RawMutex::new(Rank::Primitive, State { queue: VecDeque::new(), waiter: None, alive: true }),
+            pid,
+        })
+    }
+
+    fn push(&self, e: Envelope<M>) -> Result<(), Envelope<M>> {
+        let mut s = self.state.lock();
+        if !s.alive {
+            return Err(e);
+        }
+        if s.queue.capacity() == 0 {
+            s.queue.reserve(16);
+        }
+        s.queue.push_back(e);
+        if let Some(w) = s.waiter.take() {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    /// Takes the first envelope accepted by `pred`, parking until one arrives or `deadline`.
+    fn recv_where(&self, deadline: Option<Instant>, mut pred: impl FnMut(&Envelope<M>) -> bool) -> Option<Envelope<M>> {
+        loop {
+            let mut s = self.state.lock();
+            if let Some(i) = s.queue.iter().position(&mut pred) {
+                return s.queue.remove(i);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
+            }
+            s.waiter = Some(Waiter::current());
+            drop(s);
+            let guard = Deregister(self);
+            park_until(deadline);
+            drop(guard);
+        }
+    }
+}
+
+struct Deregister<'a, M>(&'a MailboxInner<M>);
+
+impl<M> Drop for Deregister<'_, M> {
+    fn drop(&mut self) {
+        self.0.state.lock().waiter = None;
+    }
+}
+
+impl<M: Send + 'static> SignalSink for MailboxInner<M> {
+    fn push_signal(&self, signal: Signal) {
+        let e = match signal {
+            Signal::Down(d) => Envelope::Down(d),
+            Signal::Exit(x) => Envelope::Exit(x),
+        };
+        let _ = self.push(e);
+    }
+
+    fn remove_down(&self, id: u64) -> bool {
+        let mut s = self.state.lock();
+        match s.queue.iter().position(|e| matches!(e, Envelope::Down(d) if d.monitor.id() == id)) {
+            Some(i) => {
+                s.queue.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// An actor's own mailbox (given to the body by [`spawn_actor`]).
+pub struct Mailbox<M> {
+    inner: Arc<MailboxInner<M>>,
+}
+
+impl<M> fmt::Debug for Mailbox<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mailbox").field("pid", &self.inner.pid).finish()
+    }
+}
+
+impl<M: Send + 'static> Mailbox<M> {
+    /// The next message or signal, parking until one arrives.
+    pub fn recv(&self) -> Envelope<M> {
+        self.inner.recv_where(None, |_| true).expect("no deadline")
+    }
+
+    /// The next message or signal, if one is queued.
+    pub fn try_recv(&self) -> Option<Envelope<M>> {
+        self.inner.state.lock().queue.pop_front()
+    }
+
+    /// The next message or signal, waiting at most `timeout` (zero polls).
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<Envelope<M>> {
+        self.inner.recv_where(Some(Instant::now() + timeout), |_| true)
+    }
+
+    /// Selective receive: the first queued envelope accepted by `pred`, leaving the others in
+    /// order; waits for one (at most `timeout`, if given).
+    pub fn recv_match(&self, timeout: Option<Duration>, pred: impl FnMut(&Envelope<M>) -> bool) -> Option<Envelope<M>> {
+        self.inner.recv_where(timeout.map(|t| Instant::now() + t), pred)
+    }
+
+    /// An address for this mailbox.
+    pub fn addr(&self) -> Addr<M> {
+        Addr { inner: self.inner.clone() }
+    }
+
+    /// The owning actor's pid.
+    pub fn pid(&self) -> Pid {
+        self.inner.pid
+    }
+
+    /// Number of queued envelopes.
+    pub fn len(&self) -> usize {
+        self.inner.state.lock().queue.len()
+    }
+
+    /// True if nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<M> Drop for Mailbox<M> {
+    fn drop(&mut self) {
+        let mut s = self.inner.state.lock();
+        s.alive = false;
+        let queued = std::mem::take(&mut s.queue);
+        drop(s);
+        drop(queued); // user Drop code outside the lock
+    }
+}
+
+impl<M: Send + 'static> Selectable for Mailbox<M> {
+    fn is_ready(&self) -> bool {
+        !self.inner.state.lock().queue.is_empty()
+    }
+    fn register_waiter(&self, waiter: &SelectWaiter) -> bool {
+        let mut s = self.inner.state.lock();
+        if !s.queue.is_empty() {
+            return true;
+        }
+        s.waiter = Some(waiter.0.clone());
+        false
+    }
+    fn unregister_waiter(&self) {
+        self.inner.state.lock().waiter = None;
+    }
+}
+
+impl<M: Send + 'static> SelectRecv for Mailbox<M> {
+    type Output = Envelope<M>;
+    fn select_recv(&self) -> Envelope<M> {
+        // Only the owner receives, so a mailbox found ready stays ready.
+        self.try_recv().expect("smarm: select arm was ready")
+    }
+}
+
+/// Where to send messages to an actor. Cheap to clone; carries the pid. Sending to an actor
+/// that has ended is a silent no-op.
+pub struct Addr<M> {
+    inner: Arc<MailboxInner<M>>,
+}
+
+impl<M> Clone for Addr<M> {
+    fn clone(&self) -> Self {
+        Addr { inner: self.inner.clone() }
+    }
+}
+
+impl<M> fmt::Debug for Addr<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Addr({})", self.inner.pid)
+    }
+}
+
+impl<M> PartialEq for Addr<M> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+impl<M> Eq for Addr<M> {}
+
+impl<M: Send + 'static> Addr<M> {
+    /// Sends `msg` (dropped silently if the actor has ended).
+    pub fn send(&self, msg: M) {
+        let _ = self.inner.push(Envelope::Msg(msg));
+    }
+
+    /// Sends `msg`, handing it back if the actor has ended.
+    pub fn try_send(&self, msg: M) -> Result<(), M> {
+        self.inner.push(Envelope::Msg(msg)).map_err(|e| match e {
+            Envelope::Msg(m) => m,
+            _ => unreachable!(),
+        })
+    }
+
+    /// The actor's pid.
+    pub fn pid(&self) -> Pid {
+        self.inner.pid
+    }
+
+    /// True while the actor's mailbox exists.
+    pub fn is_alive(&self) -> bool {
+        self.inner.state.lock().alive
+    }
+
+    pub(crate) fn from_any(any: Arc<dyn Any + Send + Sync>) -> Option<Addr<M>> {
+        any.downcast::<MailboxInner<M>>().ok().map(|inner| Addr { inner })
+    }
+}
+
+/// Signal-only mailbox of a plain `spawn` actor.
+pub(crate) enum NoMsg {}
+
+pub(crate) fn new_signal_box() -> Arc<dyn SignalSink> {
+    let pid = crate::try_current_pid().expect("signal box of an actor");
+    MailboxInner::<NoMsg>::new(pid)
+}
+
+pub(crate) fn recv_signal_from(sink: Arc<dyn SignalSink>, deadline: Option<Instant>) -> Option<Signal> {
+    let mb = sink.as_any().downcast::<MailboxInner<NoMsg>>().unwrap_or_else(|_| {
+        panic!("smarm::recv_signal: this actor has a typed Mailbox; receive signals from it instead")
+    });
+    mb.recv_where(deadline, |_| true).map(|e| match e {
+        Envelope::Down(d) => Signal::Down(d),
+        Envelope::Exit(x) => Signal::Exit(x),
+        Envelope::Msg(never) => match never {},
+    })
+}
+
+/// Creates the mailbox of a not-yet-published actor (used by `spawn_actor`).
+pub(crate) fn new_mailbox<M: Send + 'static>(pid: Pid) -> (Mailbox<M>, Arc<dyn SignalSink>) {
+    let inner = MailboxInner::<M>::new(pid);
+    let sink: Arc<dyn SignalSink> = inner.clone();
+    (Mailbox { inner }, sink)
+}
