@@ -46,6 +46,8 @@ pub mod channel;
 mod context;
 #[cfg(not(loom))]
 mod error;
+#[cfg(not(loom))]
+pub mod gen_server;
 mod loom_shim;
 #[cfg(not(loom))]
 mod mailbox;

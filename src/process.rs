@@ -170,6 +170,8 @@ pub(crate) struct ProcState {
     exit_reason: Option<DownReason>,
     /// Timers aimed at this actor, cancelled when it exits.
     pub(crate) timers: Vec<crate::timer::TimerKey>,
+    /// Behaviour data found by pid (a gen_server's exit cell, for `gen_server::named`).
+    ext: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl ProcState {
@@ -182,6 +184,7 @@ impl ProcState {
         self.name = None;
         self.exit_reason = None;
         self.timers.clear();
+        self.ext = None;
     }
 }
 
@@ -207,6 +210,7 @@ impl ProcSlot {
                 name: None,
                 exit_reason: None,
                 timers: Vec::new(),
+                ext: None,
             })
         });
         if st.gen != gen {
@@ -493,6 +497,7 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
             }));
         }
         st.sink = None;
+        st.ext = None;
         (name, std::mem::take(&mut st.links), std::mem::take(&mut st.timers))
     };
     drop(name);
@@ -529,6 +534,23 @@ pub(crate) fn sink_any(sh: &Shared, pid: Pid) -> Option<Arc<dyn Any + Send + Syn
         return None;
     }
     slot.existing(pid.generation()).and_then(|s| s.sink.clone()).map(|s| s.as_any())
+}
+
+/// Attaches behaviour data to the calling actor (found by pid with [`ext_of`]).
+pub(crate) fn set_ext(ext: Arc<dyn Any + Send + Sync>) {
+    let (sh, pid) = me("set_ext");
+    let mut slot = sh.slab.slot(pid.index()).proc.lock();
+    slot.state_for(pid.generation()).ext = Some(ext);
+}
+
+/// Behaviour data of a live actor.
+pub(crate) fn ext_of(pid: Pid) -> Option<Arc<dyn Any + Send + Sync>> {
+    let (sh, _) = me("ext_of");
+    let mut slot = proc_lock(sh, pid)?.lock();
+    if !alive_locked(sh, &slot, pid) {
+        return None;
+    }
+    slot.existing(pid.generation()).and_then(|s| s.ext.clone())
 }
 
 // ------------------------------------------------------------------------------------------

@@ -126,6 +126,28 @@ impl<T> WatchReceiver<T> {
         }
     }
 
+    /// Like [`changed`](Self::changed), giving up at `deadline`.
+    pub fn changed_deadline(&mut self, deadline: std::time::Instant) -> Result<(), super::RecvTimeoutError> {
+        loop {
+            let mut s = self.inner.state.lock();
+            if s.version != self.seen {
+                self.seen = s.version;
+                return Ok(());
+            }
+            if !s.sender_alive {
+                return Err(super::RecvTimeoutError::Disconnected);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(super::RecvTimeoutError::Timeout);
+            }
+            s.waiters.push(Waiter::current());
+            drop(s);
+            let guard = Deregister(&self.inner);
+            park_until(Some(deadline));
+            drop(guard);
+        }
+    }
+
     /// True if a value newer than the last one seen was published.
     pub fn has_changed(&self) -> bool {
         self.inner.state.lock().version != self.seen

@@ -1,0 +1,515 @@
+//! `gen_server`: a request/reply server actor with OTP's lifecycle.
+//!
+//! Implement [`GenServer`] and [`start`] it; talk to it through a [`ServerRef`] with
+//! [`ServerRef::call`] (request/reply, default timeout 5 s), [`ServerRef::cast`]
+//! (fire-and-forget, always succeeds) and [`ServerRef::info`]; stop it with
+//! [`ServerRef::stop`].
+//!
+//! # Lifecycle (SEMANTICS.md, "gen_server")
+//!
+//! - [`start`] returns only after `init` finished: `Ok(server)`, [`StartError::Init`] if
+//!   `init` stopped or panicked (its name is freed before the caller learns), [`StartError::Ignore`],
+//!   or [`StartError::AlreadyStarted`] when the name is taken.
+//! - `call` errors promptly: [`CallError::NoProc`] (dead server or unknown name, no waiting),
+//!   [`CallError::Down`] if the server dies during the call, [`CallError::Timeout`],
+//!   [`CallError::CallingSelf`]. A reply that arrives after a timeout is discarded (the
+//!   reply channel is gone), never seen later.
+//! - Deferred replies: `handle_call` may return [`CallResult::NoReply`] and keep the
+//!   [`From`], replying later from any actor.
+//! - `terminate(reason)` runs on a `Stop` return, on a callback panic, and on shutdown when
+//!   the server traps exits; never on `kill`. With `Stop(reason, Some(reply))` terminate runs
+//!   first, then the reply is sent.
+//!
+//! # How a call finds out the server died
+//!
+//! The reply travels over a oneshot owned by the [`From`]. If the server dies, the `From`
+//! is dropped (with the request, or with the queued message) and the caller's receive ends;
+//! the caller then reads the server's exit reason from the server's exit cell (a watch
+//! channel the server sets before its mailbox and pending requests are dropped), waiting
+//! for it up to the call's deadline.
+
+use std::fmt;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+use crate::channel::{oneshot, watch, OneshotSender, RecvTimeoutError, WatchReceiver, WatchSender};
+use crate::mailbox::{Addr, Envelope, Mailbox};
+use crate::process::{reason_from_payload, Down, DownReason, Exit};
+use crate::slot_state::Pid;
+
+/// Default `call` timeout, as in OTP.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What `init` decided.
+#[derive(Debug)]
+pub enum InitResult {
+    /// Start serving.
+    Ok,
+    /// Do not start; `start` returns [`StartError::Init`] with the reason.
+    Stop(DownReason),
+    /// Do not start; `start` returns [`StartError::Ignore`].
+    Ignore,
+}
+
+/// What `handle_call` decided.
+#[derive(Debug)]
+pub enum CallResult<R> {
+    /// Reply now.
+    Reply(R),
+    /// Reply later through the kept [`From`].
+    NoReply,
+    /// Stop with a reason; `terminate` runs, then the reply (if any) is sent.
+    Stop(DownReason, Option<R>),
+}
+
+/// What `handle_cast` / `handle_info` decided.
+#[derive(Debug)]
+pub enum Flow {
+    /// Keep serving.
+    Continue,
+    /// Stop with a reason (`terminate` runs).
+    Stop(DownReason),
+}
+
+/// A non-call, non-cast input: a plain message sent with [`ServerRef::info`], or a signal.
+#[derive(Debug)]
+pub enum Info<I> {
+    /// A message sent with `info`.
+    Msg(I),
+    /// A monitor fired.
+    Down(Down),
+    /// An exit signal (the server traps exits).
+    Exit(Exit),
+}
+
+/// A server's behaviour. All callbacks run in the server actor, one at a time.
+pub trait GenServer: Send + Sized + 'static {
+    /// Requests for `call`.
+    type Call: Send + 'static;
+    /// Replies to `call`.
+    type Reply: Send + 'static;
+    /// Messages for `cast`.
+    type Cast: Send + 'static;
+    /// Messages for `info` (use `()` if unused).
+    type Info: Send + 'static;
+
+    /// Runs in the new server before `start` returns.
+    fn init(&mut self) -> InitResult {
+        InitResult::Ok
+    }
+    /// Handles a `call`.
+    fn handle_call(&mut self, request: Self::Call, from: &From<Self::Reply>) -> CallResult<Self::Reply>;
+    /// Handles a `cast`.
+    fn handle_cast(&mut self, _msg: Self::Cast) -> Flow {
+        Flow::Continue
+    }
+    /// Handles an `info` message or a signal.
+    fn handle_info(&mut self, _info: Info<Self::Info>) -> Flow {
+        Flow::Continue
+    }
+    /// Runs when the server stops (see the module doc for when).
+    fn terminate(&mut self, _reason: &DownReason) {}
+}
+
+/// The caller of one `call`, as seen by `handle_call`. Return [`CallResult::Reply`] to
+/// answer now, or take a [`ReplyTo`] with [`From::defer`] and answer later from anywhere.
+pub struct From<R> {
+    tx: std::cell::Cell<Option<OneshotSender<R>>>,
+    caller: Option<Pid>,
+}
+
+impl<R: Send> From<R> {
+    /// Takes the reply handle out, to answer later (then return [`CallResult::NoReply`]).
+    ///
+    /// # Panics
+    /// If called twice for one call.
+    pub fn defer(&self) -> ReplyTo<R> {
+        ReplyTo { tx: self.tx.take().expect("gen_server: From::defer called twice") }
+    }
+    /// The calling actor (None for a plain thread).
+    pub fn caller(&self) -> Option<Pid> {
+        self.caller
+    }
+    fn reply(&self, r: R) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(r);
+        }
+    }
+}
+
+impl<R> fmt::Debug for From<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("From").field("caller", &self.caller).finish()
+    }
+}
+
+/// A deferred reply: send it from any actor or thread. Dropping it without replying leaves
+/// the caller to time out.
+pub struct ReplyTo<R> {
+    tx: OneshotSender<R>,
+}
+
+impl<R: Send> ReplyTo<R> {
+    /// Sends the reply (discarded if the caller gave up).
+    pub fn reply(self, reply: R) {
+        let _ = self.tx.send(reply);
+    }
+}
+
+impl<R> fmt::Debug for ReplyTo<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ReplyTo { .. }")
+    }
+}
+
+/// Messages a server's mailbox carries.
+pub enum Request<S: GenServer> {
+    #[doc(hidden)]
+    Call(S::Call, From<S::Reply>),
+    #[doc(hidden)]
+    Cast(S::Cast),
+    #[doc(hidden)]
+    Info(S::Info),
+    #[doc(hidden)]
+    Stop(DownReason, OneshotSender<()>),
+}
+
+/// Why `start` did not return a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    /// `init` returned `Stop` or panicked.
+    Init(DownReason),
+    /// `init` returned `Ignore`.
+    Ignore,
+    /// The name is registered to this live actor.
+    AlreadyStarted(Pid),
+    /// Spawning failed (slab full, out of memory maps, shutting down); the message says why.
+    Spawn(String),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Init(r) => write!(f, "gen_server init failed: {r}"),
+            StartError::Ignore => f.write_str("gen_server init returned ignore"),
+            StartError::AlreadyStarted(p) => write!(f, "gen_server name already registered to {p}"),
+            StartError::Spawn(e) => write!(f, "gen_server could not be spawned: {e}"),
+        }
+    }
+}
+impl std::error::Error for StartError {}
+
+/// Why a `call` failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The server is not alive (or the name is unknown); nothing was sent.
+    NoProc,
+    /// The server died during the call.
+    Down(DownReason),
+    /// No reply within the timeout.
+    Timeout,
+    /// A server called itself.
+    CallingSelf,
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::NoProc => f.write_str("gen_server call: no such server"),
+            CallError::Down(r) => write!(f, "gen_server call: the server died ({r})"),
+            CallError::Timeout => f.write_str("gen_server call: timed out"),
+            CallError::CallingSelf => f.write_str("gen_server call: a server called itself"),
+        }
+    }
+}
+impl std::error::Error for CallError {}
+
+/// A handle to a running server. Cheap to clone.
+pub struct ServerRef<S: GenServer> {
+    addr: Addr<Request<S>>,
+    exit: WatchReceiver<Option<DownReason>>,
+}
+
+impl<S: GenServer> Clone for ServerRef<S> {
+    fn clone(&self) -> Self {
+        ServerRef { addr: self.addr.clone(), exit: self.exit.clone() }
+    }
+}
+
+impl<S: GenServer> fmt::Debug for ServerRef<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ServerRef({})", self.addr.pid())
+    }
+}
+
+/// Options for [`start_opts`].
+#[derive(Debug, Default, Clone)]
+pub struct StartOpts {
+    /// Register the server under this name (released when it stops).
+    pub name: Option<String>,
+    /// Link the server to the caller (`start_link`).
+    pub link: bool,
+}
+
+/// Starts a server; returns once `init` has finished.
+pub fn start<S: GenServer>(server: S) -> Result<ServerRef<S>, StartError> {
+    start_opts(server, StartOpts::default())
+}
+
+/// Starts a server linked to the caller.
+pub fn start_link<S: GenServer>(server: S) -> Result<ServerRef<S>, StartError> {
+    start_opts(server, StartOpts { name: None, link: true })
+}
+
+/// Starts a server with options (name, link).
+pub fn start_opts<S: GenServer>(server: S, opts: StartOpts) -> Result<ServerRef<S>, StartError> {
+    if let Some(name) = &opts.name {
+        if let Some(pid) = crate::whereis(name) {
+            return Err(StartError::AlreadyStarted(pid));
+        }
+    }
+    let (exit_tx, exit_rx) = watch(None::<DownReason>);
+    let (ready_tx, ready_rx) = oneshot::<Result<(), StartError>>();
+    let name = opts.name.clone();
+    let addr = crate::try_spawn_actor(move |mb: Mailbox<Request<S>>| serve(server, mb, name, exit_tx, ready_tx))
+        .map_err(|e| StartError::Spawn(e.to_string()))?;
+    if opts.link {
+        let _ = crate::link(addr.pid());
+    }
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(ServerRef { addr, exit: exit_rx }),
+        Ok(Err(e)) => Err(e),
+        // Killed before init reported.
+        Err(_) => Err(StartError::Init(exit_reason_now(&exit_rx).unwrap_or(DownReason::Killed))),
+    }
+}
+
+fn exit_reason_now(rx: &WatchReceiver<Option<DownReason>>) -> Option<DownReason> {
+    rx.clone().get()
+}
+
+/// Sets the exit cell when the server ends, however it ends (before the mailbox and any
+/// pending `From` drop, so a caller that sees its reply channel close finds the reason).
+struct ExitCell {
+    tx: WatchSender<Option<DownReason>>,
+    reason: Option<DownReason>,
+}
+
+impl Drop for ExitCell {
+    fn drop(&mut self) {
+        let r = self.reason.take().unwrap_or(DownReason::Killed);
+        self.tx.send(Some(r));
+    }
+}
+
+fn serve<S: GenServer>(
+    mut server: S,
+    mb: Mailbox<Request<S>>,
+    name: Option<String>,
+    exit_tx: WatchSender<Option<DownReason>>,
+    ready: OneshotSender<Result<(), StartError>>,
+) -> Result<(), DownReason> {
+    crate::process::set_ext(std::sync::Arc::new(exit_tx.subscribe()));
+    let mut cell = ExitCell { tx: exit_tx, reason: None };
+    if let Some(n) = &name {
+        if let Err(crate::RegisterError::NameTaken(p)) = crate::register(n.clone(), crate::current_pid()) {
+            cell.reason = Some(DownReason::Normal);
+            let _ = ready.send(Err(StartError::AlreadyStarted(p)));
+            return Ok(());
+        }
+    }
+    // On an init failure the name is released before `start` learns of it.
+    let release_name = || {
+        if let Some(n) = &name {
+            crate::unregister(n);
+        }
+    };
+    match catch_unwind(AssertUnwindSafe(|| server.init())) {
+        Ok(InitResult::Ok) => {
+            let _ = ready.send(Ok(()));
+        }
+        Ok(InitResult::Stop(r)) => {
+            cell.reason = Some(r.clone());
+            // The name is released by process exit before `start` can observe the failure:
+            // unregister now so the caller may reuse it at once.
+            release_name();
+            let _ = ready.send(Err(StartError::Init(r.clone())));
+            return Err(r);
+        }
+        Ok(InitResult::Ignore) => {
+            cell.reason = Some(DownReason::Normal);
+            release_name();
+            let _ = ready.send(Err(StartError::Ignore));
+            return Ok(());
+        }
+        Err(p) => {
+            let r = reason_from_payload(p);
+            cell.reason = Some(r.clone());
+            release_name();
+            let _ = ready.send(Err(StartError::Init(r.clone())));
+            return Err(r);
+        }
+    }
+    let outcome = catch_unwind(AssertUnwindSafe(|| run_loop(&mut server, &mb)));
+    match outcome {
+        Ok(reason) => {
+            cell.reason = Some(reason.clone());
+            if reason == DownReason::Normal {
+                Ok(())
+            } else {
+                Err(reason)
+            }
+        }
+        Err(payload) => {
+            let reason = reason_from_payload(payload);
+            cell.reason = Some(reason.clone());
+            // A callback panic runs terminate; a kill does not.
+            if matches!(reason, DownReason::Panic(_)) {
+                let _ = catch_unwind(AssertUnwindSafe(|| server.terminate(&reason)));
+            }
+            drop(cell);
+            // Die with the same reason (re-raise a kill/exit as itself).
+            match reason {
+                DownReason::Panic(msg) => resume_unwind(Box::new(msg)),
+                other => resume_unwind(Box::new(crate::process::Cancelled(other))),
+            }
+        }
+    }
+}
+
+fn run_loop<S: GenServer>(server: &mut S, mb: &Mailbox<Request<S>>) -> DownReason {
+    loop {
+        let flow = match mb.recv() {
+            Envelope::Msg(Request::Call(req, from)) => match server.handle_call(req, &from) {
+                CallResult::Reply(r) => {
+                    from.reply(r);
+                    Flow::Continue
+                }
+                CallResult::NoReply => Flow::Continue,
+                CallResult::Stop(reason, reply) => {
+                    server.terminate(&reason);
+                    if let Some(r) = reply {
+                        from.reply(r);
+                    }
+                    return reason;
+                }
+            },
+            Envelope::Msg(Request::Cast(c)) => server.handle_cast(c),
+            Envelope::Msg(Request::Info(i)) => server.handle_info(Info::Msg(i)),
+            Envelope::Msg(Request::Stop(reason, done)) => {
+                server.terminate(&reason);
+                let _ = done.send(());
+                return reason;
+            }
+            Envelope::Down(d) => server.handle_info(Info::Down(d)),
+            Envelope::Exit(x) => {
+                // A trapping server asked to shut down by its parent terminates.
+                if x.reason == DownReason::Shutdown {
+                    server.terminate(&x.reason);
+                    return x.reason;
+                }
+                server.handle_info(Info::Exit(x))
+            }
+        };
+        if let Flow::Stop(reason) = flow {
+            server.terminate(&reason);
+            return reason;
+        }
+    }
+}
+
+impl<S: GenServer> ServerRef<S> {
+    /// The server's pid.
+    pub fn pid(&self) -> Pid {
+        self.addr.pid()
+    }
+
+    /// Calls the server with the default 5 s timeout.
+    pub fn call(&self, request: S::Call) -> Result<S::Reply, CallError> {
+        self.call_timeout(request, DEFAULT_CALL_TIMEOUT)
+    }
+
+    /// Calls the server, waiting at most `timeout` for the reply.
+    pub fn call_timeout(&self, request: S::Call, timeout: Duration) -> Result<S::Reply, CallError> {
+        let me = crate::try_current_pid();
+        if me == Some(self.addr.pid()) {
+            return Err(CallError::CallingSelf);
+        }
+        let deadline = Instant::now() + timeout;
+        let (tx, rx) = oneshot();
+        let from = From { tx: std::cell::Cell::new(Some(tx)), caller: me };
+        if self.addr.try_send(Request::Call(request, from)).is_err() {
+            return Err(CallError::NoProc);
+        }
+        let mut rx = rx;
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(r) => Ok(r),
+            Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
+            Err(RecvTimeoutError::Disconnected) => {
+                // The server dropped the request: it died (or dropped a deferred From).
+                let mut exit = self.exit.clone();
+                loop {
+                    if let Some(r) = exit.get() {
+                        return Err(CallError::Down(r));
+                    }
+                    if exit.changed_deadline(deadline).is_err() {
+                        return Err(CallError::Timeout);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends a cast; always succeeds, even to a dead server.
+    pub fn cast(&self, msg: S::Cast) {
+        self.addr.send(Request::Cast(msg));
+    }
+
+    /// Sends an info message.
+    pub fn info(&self, msg: S::Info) {
+        self.addr.send(Request::Info(msg));
+    }
+
+    /// Stops the server with `reason` (terminate runs) and waits until it has stopped.
+    /// Returns false if it was not running.
+    pub fn stop(&self, reason: DownReason) -> bool {
+        let (tx, rx) = oneshot();
+        if self.addr.try_send(Request::Stop(reason, tx)).is_err() {
+            return false;
+        }
+        let _ = rx.recv();
+        // Wait for the actual exit (exit cell set after terminate returned).
+        let mut exit = self.exit.clone();
+        while exit.get().is_none() {
+            if exit.changed().is_err() {
+                break;
+            }
+        }
+        true
+    }
+
+    /// The server's exit reason, once it has stopped.
+    pub fn exit_reason(&self) -> Option<DownReason> {
+        exit_reason_now(&self.exit)
+    }
+
+    /// True while the server's mailbox exists.
+    pub fn is_alive(&self) -> bool {
+        self.addr.is_alive()
+    }
+}
+
+/// Calls the server registered under `name`; [`CallError::NoProc`] if no server of type
+/// `S` runs under that name. Looks the name up on every call; keep a [`ServerRef`] (from
+/// [`named`]) on hot paths.
+pub fn call_named<S: GenServer>(name: &str, request: S::Call) -> Result<S::Reply, CallError> {
+    named::<S>(name).ok_or(CallError::NoProc)?.call(request)
+}
+
+/// A [`ServerRef`] for the server of type `S` registered under `name`, if one runs.
+pub fn named<S: GenServer>(name: &str) -> Option<ServerRef<S>> {
+    let addr = crate::whereis_addr::<Request<S>>(name).ok()?;
+    let ext = crate::process::ext_of(addr.pid())?;
+    let exit = ext.downcast_ref::<WatchReceiver<Option<DownReason>>>()?.clone();
+    Some(ServerRef { addr, exit })
+}
