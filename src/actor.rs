@@ -60,6 +60,8 @@ pub(crate) struct ActorCell {
     /// The actor's saved floating-point control state (see `context`), valid while the
     /// actor is not live in some thread's registers.
     pub(crate) fp: crate::context::FpControl,
+    /// This actor itself started a panic (or a cancellation) that may still be unwinding.
+    pub(crate) unwinding: bool,
 }
 
 /// Type-erased header at offset 0 of every `Task<F, T>`.

@@ -429,6 +429,11 @@ pub fn kill(pid: Pid) {
     stop(sh, pid, CANCEL_KILL, None);
 }
 
+/// Stops `pid` with `reason` as if by an untrappable exit signal (graceful runtime shutdown).
+pub(crate) fn stop_with(sh: &Shared, pid: Pid, reason: DownReason) {
+    stop(sh, pid, CANCEL_EXIT, Some(reason));
+}
+
 /// Marks `pid` for stopping and wakes it.
 fn stop(sh: &Shared, pid: Pid, code: u8, reason: Option<DownReason>) {
     let Some(lock) = proc_lock(sh, pid) else { return };

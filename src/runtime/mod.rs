@@ -211,7 +211,21 @@ impl Runtime {
         }
         worker::install_process_hooks();
         let shared = Arc::new(Shared::new(self.config));
+        // Graceful shutdown (root return, root panic, or `smarm::shutdown`): stop the root
+        // supervisors in reverse start order, each stopping its tree per the shutdown specs,
+        // before the root exits and the sweep stops whatever remains.
+        let root = move || {
+            struct StopTrees;
+            impl Drop for StopTrees {
+                fn drop(&mut self) {
+                    crate::supervisor::stop_root_supervisors();
+                }
+            }
+            let _trees = StopTrees;
+            root()
+        };
         let handle = shared.spawn(root, true).map_err(RunError::Spawn)?;
+        let _ = shared.root_pid.set(handle.pid());
 
         let mut threads = Vec::with_capacity(shared.config.threads - 1);
         for k in 1..shared.config.threads {
@@ -283,6 +297,10 @@ pub(crate) struct Shared {
     pub(crate) inboxes: Box<[CachePadded<Inbox>]>,
     pub(crate) timers: Timers,
     pub(crate) registry: crate::process::Registry,
+    /// Supervisors started by non-supervisors, in start order (stopped in reverse at root exit).
+    root_sups: crate::sync::raw_mutex::RawMutex<Vec<crate::supervisor::SupervisorRef>>,
+    /// The root actor.
+    root_pid: std::sync::OnceLock<Pid>,
     pub(crate) stacks: StackPool,
     /// Actors spawned and not yet retired.
     live: AtomicUsize,
@@ -301,6 +319,8 @@ impl Shared {
             inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
             timers: Timers::new(),
             registry: crate::process::Registry::new(),
+            root_sups: crate::sync::raw_mutex::RawMutex::new(crate::sync::raw_mutex::Rank::Primitive, Vec::new()),
+            root_pid: std::sync::OnceLock::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),
             live: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
@@ -371,6 +391,7 @@ impl Shared {
                 is_root,
                 no_preempt: 0,
                 assigned_thread: usize::MAX,
+                unwinding: false,
                 fp: context::FP_DEFAULT,
             };
         }
@@ -571,5 +592,36 @@ impl Diagnostics {
     /// Number of scheduler threads.
     pub fn threads(&self) -> usize {
         self.shared.config.threads
+    }
+}
+
+/// Records a root supervisor of the calling actor's runtime.
+pub(crate) fn register_root_supervisor(s: crate::supervisor::SupervisorRef) {
+    if let Some((sh, _)) = worker::current_actor_pid() {
+        // SAFETY: the runtime outlives its running actor.
+        unsafe { &*sh }.root_sups.lock().push(s);
+    }
+}
+
+/// Takes the most recently started root supervisor of the calling actor's runtime.
+pub(crate) fn pop_root_supervisor() -> Option<crate::supervisor::SupervisorRef> {
+    let (sh, _) = worker::current_actor_pid()?;
+    // SAFETY: the runtime outlives its running actor.
+    unsafe { &*sh }.root_sups.lock().pop()
+}
+
+/// Starts a graceful shutdown of the calling actor's runtime: the root actor is stopped with
+/// [`DownReason::Shutdown`](crate::DownReason::Shutdown) (at its next runtime call); on its way
+/// out it stops the supervision trees in reverse start order, then the remaining actors are
+/// shut down and [`Runtime::run`] returns `Err(RunError::Root(Shutdown))`.
+///
+/// # Panics
+/// Outside an actor.
+pub fn shutdown() {
+    let (sh, _) = worker::current_actor_pid().expect("smarm::shutdown called outside an actor");
+    // SAFETY: the runtime outlives its running actor.
+    let sh = unsafe { &*sh };
+    if let Some(root) = sh.root_pid.get() {
+        crate::process::stop_with(sh, *root, crate::DownReason::Shutdown);
     }
 }

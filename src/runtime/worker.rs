@@ -93,6 +93,12 @@ pub(crate) struct Worker {
     pub(crate) slice_cycles: u64,
     lifo_run_limit: u32,
     tick: Cell<u32>,
+    /// A pinned actor yielded: serve other work once before the inbox again.
+    inbox_yielded: Cell<bool>,
+    /// Actors pinned here (switched out while unwinding) and not yet resumed. While it is
+    /// zero, a panicking thread can only mean the running actor is unwinding, even if the
+    /// panic hook that marks actors was replaced by the user.
+    parked_unwinders: Cell<u32>,
 }
 
 impl Worker {
@@ -157,8 +163,10 @@ impl Worker {
         if tick % 64 == 0 && !sh.timers.is_empty() {
             sh.timers.fire_due(Instant::now());
         }
-        if let Some(i) = sh.inboxes[self.index].pop() {
-            return Some(i);
+        if !self.inbox_yielded.replace(false) {
+            if let Some(i) = sh.inboxes[self.index].pop() {
+                return Some(i);
+            }
         }
         let slot = self.wake_slot.replace(NONE);
         if slot != NONE {
@@ -171,7 +179,7 @@ impl Worker {
             sh.run_queue.push(slot);
         }
         self.lifo_runs.set(0);
-        let i = sh.run_queue.pop()?;
+        let Some(i) = sh.run_queue.pop() else { return sh.inboxes[self.index].pop() };
         if !sh.run_queue.is_empty() {
             if let Some(k) = sh.idle.nudge() {
                 sh.unpark(k);
@@ -232,6 +240,7 @@ impl Worker {
                     if slot.pinned.load(Ordering::Relaxed) != UNPINNED {
                         sh.slab.yield_queued(index);
                         sh.inboxes[self.index].push(index);
+                        self.inbox_yielded.set(true);
                         return;
                     }
                     sh.slab.yield_queued(index);
@@ -318,6 +327,8 @@ pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
         slice_start: Cell::new(0),
         live_fp: Cell::new(crate::context::FP_DEFAULT),
         tick: Cell::new(0),
+        inbox_yielded: Cell::new(false),
+        parked_unwinders: Cell::new(0),
     };
     set_current_worker(&worker);
     let initial_fp = fp_control_read();
@@ -349,6 +360,40 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8) -> ! {
     std::process::abort();
 }
 
+/// The running actor (slot) is itself unwinding. std's `panicking()` is per *thread*: while
+/// actor A is parked mid-unwind on this thread, every other actor here sees `true`. So an
+/// actor counts as unwinding if the thread panics and either it marked itself (the panic
+/// hook, or `check_cancelled`, mark the actor that starts an unwind) or no parked unwinder
+/// on this thread could explain the panic. A stale mark (a panic the actor caught) is
+/// cleared once the thread no longer panics.
+fn actor_unwinding(slot: &Slot) -> bool {
+    let cell = slot.cell.get();
+    if !thread_panicking() {
+        // SAFETY: the running actor's own control block.
+        unsafe { (*cell).unwinding = false };
+        return false;
+    }
+    // SAFETY: as above.
+    if unsafe { (*cell).unwinding } {
+        return true;
+    }
+    let w = current_worker();
+    // SAFETY: called from a running actor, so this thread has a live worker.
+    unsafe { &*w }.parked_unwinders.get() == 0
+}
+
+fn mark_current_unwinding() {
+    let w = current_worker();
+    if w.is_null() {
+        return;
+    }
+    // SAFETY: this thread's live worker.
+    if let Some(slot) = unsafe { &*w }.current_slot() {
+        // SAFETY: the running actor's own control block.
+        unsafe { (*slot.cell.get()).unwinding = true };
+    }
+}
+
 /// Suspends the running actor (on `w`'s thread) with `intent`; returns once resumed,
 /// possibly on another thread. Returns the actor's slot (stable across migration).
 fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
@@ -358,7 +403,10 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
     let slot: &'static Slot = unsafe { &*(w.shared.slab.slot(index) as *const Slot) };
     let cell = slot.cell.get();
     // An unwinding actor must resume on this thread (std's panic count is per thread).
-    let pin = if thread_panicking() { w.index as u32 } else { UNPINNED };
+    let pin = if actor_unwinding(slot) { w.index as u32 } else { UNPINNED };
+    if pin != UNPINNED {
+        w.parked_unwinders.set(w.parked_unwinders.get() + 1);
+    }
     // Relaxed: published to wakers by the scheduler's Release state transition.
     if slot.pinned.load(Ordering::Relaxed) != pin {
         slot.pinned.store(pin, Ordering::Relaxed);
@@ -388,13 +436,22 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
             assert_eq!(now.index as u32, pin, "smarm: an unwinding actor migrated");
         }
     }
+    if pin != UNPINNED {
+        // Pinned, so this is the same thread (and worker) we left.
+        let w = current_worker();
+        // SAFETY: this thread's live worker.
+        let w = unsafe { &*w };
+        w.parked_unwinders.set(w.parked_unwinders.get() - 1);
+    }
     slot
 }
 
 /// Unwinds the running actor if it has been asked to stop, unless it is already unwinding.
 fn check_cancelled(slot: &Slot) {
     if let Some(reason) = cancel_reason(slot) {
-        if !thread_panicking() {
+        if !actor_unwinding(slot) {
+            // SAFETY: the running actor's own control block.
+            unsafe { (*slot.cell.get()).unwinding = true };
             std::panic::resume_unwind(Box::new(Cancelled(reason)));
         }
     }
@@ -474,7 +531,7 @@ pub(crate) fn park_current() {
     // An actor being shut down while it unwinds must not block on something that may never
     // come; it yields instead and its caller's loop re-checks.
     let cancelled = slot.cancel.load(Ordering::Acquire) != CANCEL_NONE;
-    let intent = if cancelled && thread_panicking() { INTENT_YIELD } else { INTENT_PARK };
+    let intent = if cancelled && actor_unwinding(slot) { INTENT_YIELD } else { INTENT_PARK };
     let slot = switch_out(w, intent);
     check_cancelled(slot);
 }
@@ -536,6 +593,7 @@ pub(crate) fn install_process_hooks() {
     HOOK.call_once(|| {
         let prev = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
+            mark_current_unwinding();
             let Some((shared, pid)) = current_actor_pid() else { return prev(info) };
             // SAFETY: the runtime outlives its running actor.
             if unsafe { (*shared).config.quiet_panics } {

@@ -1,0 +1,442 @@
+//! Supervisors: start children from specs, restart them by strategy when they end, within a
+//! restart intensity, and shut them down in order.
+//!
+//! A supervisor is an actor that traps exits and is linked to each child. Children are
+//! started in spec order by calling each spec's start function *in the supervisor*, which
+//! must return the pid of a child linked to the caller (`spawn_link`,
+//! `gen_server::start_link`, or a nested [`start_link`]).
+//!
+//! When a child ends with reason R:
+//! - restart decision: `Permanent` always; `Transient` unless R is `Normal` or `Shutdown`;
+//!   `Temporary` never (the child is forgotten);
+//! - intensity: more than `intensity` restarts within `period` makes the supervisor shut
+//!   all children down and exit with `Shutdown` (its own supervisor then decides);
+//! - strategy: `OneForOne` restarts the child; `OneForAll` stops every other child (reverse
+//!   start order) and restarts all in start order; `RestForOne` does that for the children
+//!   started after it; `SimpleOneForOne` restarts that dynamic instance.
+//!
+//! Shutting a child down follows its [`Shutdown`] spec: `BrutalKill` kills it;
+//! `Timeout(d)` sends an exit signal `Shutdown` and kills it if it has not ended within `d`;
+//! `Infinity` waits for it. Children are stopped in reverse start order.
+//!
+//! A supervisor started by a non-supervisor actor is a *root* supervisor: when the runtime's
+//! root actor returns (or [`crate::shutdown`] is called), root supervisors are stopped in
+//! reverse start order, each stopping its tree, before the remaining actors are shut down.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::channel::{oneshot, OneshotSender};
+use crate::mailbox::{Addr, Envelope, Mailbox};
+use crate::process::{DownReason, Exit};
+use crate::slot_state::Pid;
+
+/// When a child is restarted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// Always.
+    Permanent,
+    /// Only after an abnormal exit (not `Normal`, not `Shutdown`).
+    Transient,
+    /// Never.
+    Temporary,
+}
+
+/// How a child is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// `kill` at once.
+    BrutalKill,
+    /// Exit signal `Shutdown`, then `kill` after the timeout.
+    Timeout(Duration),
+    /// Exit signal `Shutdown`, wait as long as it takes (the default for supervisors).
+    Infinity,
+}
+
+/// What a child is (informational, and the default shutdown: `Infinity` for supervisors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildType {
+    /// A worker.
+    Worker,
+    /// A nested supervisor.
+    Supervisor,
+}
+
+/// Restart strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Restart only the child that ended.
+    OneForOne,
+    /// Restart every child.
+    OneForAll,
+    /// Restart the child and those started after it.
+    RestForOne,
+    /// One spec, many dynamic instances ([`SupervisorRef::start_child`]).
+    SimpleOneForOne,
+}
+
+/// The start function of a child: runs in the supervisor, returns a child linked to it.
+pub type StartFn = Arc<dyn Fn() -> Result<Pid, DownReason> + Send + Sync>;
+
+/// How to start and manage one child.
+#[derive(Clone)]
+pub struct ChildSpec {
+    /// Name within the supervisor.
+    pub id: String,
+    /// Starts the child (linked to the caller) and returns its pid.
+    pub start: StartFn,
+    /// When to restart.
+    pub restart: Restart,
+    /// How to stop.
+    pub shutdown: Shutdown,
+    /// Worker or supervisor.
+    pub child_type: ChildType,
+}
+
+impl fmt::Debug for ChildSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChildSpec")
+            .field("id", &self.id)
+            .field("restart", &self.restart)
+            .field("shutdown", &self.shutdown)
+            .field("child_type", &self.child_type)
+            .finish()
+    }
+}
+
+impl ChildSpec {
+    /// A permanent worker with a 5 s shutdown timeout.
+    pub fn worker(id: impl Into<String>, start: impl Fn() -> Result<Pid, DownReason> + Send + Sync + 'static) -> Self {
+        ChildSpec {
+            id: id.into(),
+            start: Arc::new(start),
+            restart: Restart::Permanent,
+            shutdown: Shutdown::Timeout(Duration::from_secs(5)),
+            child_type: ChildType::Worker,
+        }
+    }
+
+    /// A permanent nested supervisor (shutdown `Infinity`).
+    pub fn supervisor(
+        id: impl Into<String>,
+        start: impl Fn() -> Result<Pid, DownReason> + Send + Sync + 'static,
+    ) -> Self {
+        ChildSpec {
+            id: id.into(),
+            start: Arc::new(start),
+            restart: Restart::Permanent,
+            shutdown: Shutdown::Infinity,
+            child_type: ChildType::Supervisor,
+        }
+    }
+
+    /// Sets the restart type.
+    pub fn restart(mut self, r: Restart) -> Self {
+        self.restart = r;
+        self
+    }
+
+    /// Sets the shutdown spec.
+    pub fn shutdown(mut self, s: Shutdown) -> Self {
+        self.shutdown = s;
+        self
+    }
+}
+
+/// Supervisor configuration.
+#[derive(Debug, Clone)]
+pub struct SupFlags {
+    /// Restart strategy.
+    pub strategy: Strategy,
+    /// Maximum restarts within `period` (default 3).
+    pub intensity: u32,
+    /// Window for `intensity` (default 5 s).
+    pub period: Duration,
+}
+
+impl SupFlags {
+    /// `strategy` with the default intensity (3 restarts per 5 s).
+    pub fn new(strategy: Strategy) -> SupFlags {
+        SupFlags { strategy, intensity: 3, period: Duration::from_secs(5) }
+    }
+}
+
+/// Requests a supervisor's mailbox carries.
+#[doc(hidden)]
+pub enum SupMsg {
+    StartChild(OneshotSender<Result<Pid, DownReason>>),
+    TerminateChild(Pid, OneshotSender<bool>),
+    WhichChildren(OneshotSender<Vec<(String, Pid)>>),
+    Stop(OneshotSender<()>),
+}
+
+/// Stops the calling runtime's root supervisors in reverse start order (each stops its tree).
+pub(crate) fn stop_root_supervisors() {
+    while let Some(s) = crate::runtime::pop_root_supervisor() {
+        s.stop();
+    }
+}
+
+/// A handle to a running supervisor.
+#[derive(Clone, Debug)]
+pub struct SupervisorRef {
+    addr: Addr<SupMsg>,
+}
+
+struct Child {
+    spec: ChildSpec,
+    pid: Option<Pid>,
+}
+
+struct Sup {
+    flags: SupFlags,
+    children: Vec<Child>,
+    restarts: VecDeque<Instant>,
+    mb: Mailbox<SupMsg>,
+}
+
+/// Why a supervisor did not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SupStartError {
+    /// A child's start function failed; the supervisor stopped the children it had started.
+    Child {
+        /// The failing child's id.
+        id: String,
+        /// Its reason.
+        reason: DownReason,
+    },
+    /// The supervisor could not be spawned.
+    Spawn(String),
+}
+
+impl fmt::Display for SupStartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SupStartError::Child { id, reason } => write!(f, "supervisor child {id:?} failed to start: {reason}"),
+            SupStartError::Spawn(e) => write!(f, "supervisor could not be spawned: {e}"),
+        }
+    }
+}
+impl std::error::Error for SupStartError {}
+
+/// Starts a supervisor linked to the caller; returns once every child has started.
+pub fn start_link(flags: SupFlags, children: Vec<ChildSpec>) -> Result<SupervisorRef, SupStartError> {
+    let parent = crate::current_pid();
+    let parent_is_sup = crate::process::ext_of(parent).is_some_and(|e| e.is::<SupMarker>());
+    let (ready_tx, ready_rx) = oneshot::<Result<(), SupStartError>>();
+    let addr = crate::try_spawn_actor(move |mb: Mailbox<SupMsg>| {
+        crate::process::set_ext(Arc::new(SupMarker));
+        crate::trap_exit(true);
+        let _ = crate::link(parent);
+        let simple = flags.strategy == Strategy::SimpleOneForOne;
+        let mut sup = Sup { flags, children: Vec::new(), restarts: VecDeque::new(), mb };
+        for spec in children {
+            if simple {
+                // The template of dynamic instances: not started here.
+                sup.children.push(Child { spec, pid: None });
+                continue;
+            }
+            match (spec.start)() {
+                Ok(pid) => sup.children.push(Child { spec, pid: Some(pid) }),
+                Err(reason) => {
+                    let id = spec.id.clone();
+                    sup.stop_all();
+                    let _ = ready_tx.send(Err(SupStartError::Child { id, reason: reason.clone() }));
+                    return;
+                }
+            }
+        }
+        let _ = ready_tx.send(Ok(()));
+        sup.run(parent);
+    })
+    .map_err(|e| SupStartError::Spawn(e.to_string()))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(SupStartError::Spawn("the supervisor died during start".into())),
+    }
+    let sref = SupervisorRef { addr };
+    if !parent_is_sup {
+        crate::runtime::register_root_supervisor(sref.clone());
+    }
+    Ok(sref)
+}
+
+/// Marks supervisor actors (their process `ext`).
+struct SupMarker;
+
+impl Sup {
+    fn run(&mut self, parent: Pid) {
+        loop {
+            match self.mb.recv() {
+                Envelope::Exit(Exit { from, reason }) if from == parent => {
+                    // Our parent is going away (or asks us to): stop the tree, exit likewise.
+                    self.stop_all();
+                    std::panic::resume_unwind(Box::new(crate::process::Cancelled(reason)));
+                }
+                Envelope::Exit(Exit { from, reason }) => {
+                    if !self.child_exited(from, reason) {
+                        self.stop_all();
+                        std::panic::resume_unwind(Box::new(crate::process::Cancelled(DownReason::Shutdown)));
+                    }
+                }
+                Envelope::Down(_) => {}
+                Envelope::Msg(SupMsg::StartChild(reply)) => {
+                    let r = self.start_dynamic();
+                    let _ = reply.send(r);
+                }
+                Envelope::Msg(SupMsg::TerminateChild(pid, reply)) => {
+                    let found = self.children.iter().position(|c| c.pid == Some(pid));
+                    if let Some(i) = found {
+                        self.stop_child(i);
+                        if self.flags.strategy == Strategy::SimpleOneForOne
+                            || self.children[i].spec.restart == Restart::Temporary
+                        {
+                            self.children.remove(i);
+                        }
+                    }
+                    let _ = reply.send(found.is_some());
+                }
+                Envelope::Msg(SupMsg::WhichChildren(reply)) => {
+                    let list = self.children.iter().filter_map(|c| c.pid.map(|p| (c.spec.id.clone(), p))).collect();
+                    let _ = reply.send(list);
+                }
+                Envelope::Msg(SupMsg::Stop(done)) => {
+                    self.stop_all();
+                    let _ = done.send(());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn start_dynamic(&mut self) -> Result<Pid, DownReason> {
+        let spec = match self.children.first() {
+            Some(c) if self.flags.strategy == Strategy::SimpleOneForOne => c.spec.clone(),
+            _ => return Err(DownReason::Custom("start_child needs a simple_one_for_one supervisor".into())),
+        };
+        let pid = (spec.start)()?;
+        // The first entry is the template (pid None); instances follow it.
+        self.children.push(Child { spec, pid: Some(pid) });
+        Ok(pid)
+    }
+
+    /// Handles a child's exit. Returns false if the restart intensity was exceeded.
+    fn child_exited(&mut self, from: Pid, reason: DownReason) -> bool {
+        let Some(i) = self.children.iter().position(|c| c.pid == Some(from)) else { return true };
+        self.children[i].pid = None;
+        let restart = match self.children[i].spec.restart {
+            Restart::Permanent => true,
+            Restart::Transient => !matches!(reason, DownReason::Normal | DownReason::Shutdown),
+            Restart::Temporary => false,
+        };
+        if !restart {
+            if self.children[i].spec.restart == Restart::Temporary || self.flags.strategy == Strategy::SimpleOneForOne {
+                self.children.remove(i);
+            }
+            return true;
+        }
+        let now = Instant::now();
+        self.restarts.push_back(now);
+        while self.restarts.front().is_some_and(|t| now.duration_since(*t) > self.flags.period) {
+            self.restarts.pop_front();
+        }
+        if self.restarts.len() as u32 > self.flags.intensity {
+            return false;
+        }
+        let range = match self.flags.strategy {
+            Strategy::OneForOne | Strategy::SimpleOneForOne => i..i + 1,
+            Strategy::OneForAll => 0..self.children.len(),
+            Strategy::RestForOne => i..self.children.len(),
+        };
+        for j in range.clone().rev() {
+            if j != i {
+                self.stop_child(j);
+            }
+        }
+        for j in range {
+            if self.children[j].pid.is_none() && !(self.flags.strategy == Strategy::SimpleOneForOne && j == 0) {
+                match (self.children[j].spec.start)() {
+                    Ok(pid) => self.children[j].pid = Some(pid),
+                    Err(_) => return false,
+                }
+            }
+        }
+        true
+    }
+
+    /// Stops child `i` per its shutdown spec and waits for its exit.
+    fn stop_child(&mut self, i: usize) {
+        let Some(pid) = self.children[i].pid.take() else { return };
+        let wait = |mb: &Mailbox<SupMsg>, timeout: Option<Duration>| {
+            mb.recv_match(timeout, |e| matches!(e, Envelope::Exit(x) if x.from == pid)).is_some()
+        };
+        match self.children[i].spec.shutdown {
+            Shutdown::BrutalKill => {
+                crate::kill(pid);
+                wait(&self.mb, None);
+            }
+            Shutdown::Timeout(d) => {
+                crate::exit(pid, DownReason::Shutdown);
+                if !wait(&self.mb, Some(d)) {
+                    crate::kill(pid);
+                    wait(&self.mb, None);
+                }
+            }
+            Shutdown::Infinity => {
+                crate::exit(pid, DownReason::Shutdown);
+                wait(&self.mb, None);
+            }
+        }
+    }
+
+    /// Stops every child in reverse start order.
+    fn stop_all(&mut self) {
+        for i in (0..self.children.len()).rev() {
+            self.stop_child(i);
+        }
+    }
+}
+
+impl SupervisorRef {
+    /// The supervisor's pid.
+    pub fn pid(&self) -> Pid {
+        self.addr.pid()
+    }
+
+    /// Starts a new instance of a `SimpleOneForOne` supervisor's child spec.
+    pub fn start_child(&self) -> Result<Pid, DownReason> {
+        let (tx, rx) = oneshot();
+        self.addr.try_send(SupMsg::StartChild(tx)).map_err(|_| DownReason::NoProc)?;
+        rx.recv().unwrap_or(Err(DownReason::NoProc))
+    }
+
+    /// Stops a child (per its shutdown spec). Returns false if it is not a child.
+    pub fn terminate_child(&self, pid: Pid) -> bool {
+        let (tx, rx) = oneshot();
+        if self.addr.try_send(SupMsg::TerminateChild(pid, tx)).is_err() {
+            return false;
+        }
+        rx.recv().unwrap_or(false)
+    }
+
+    /// The running children: (id, pid), in start order.
+    pub fn which_children(&self) -> Vec<(String, Pid)> {
+        let (tx, rx) = oneshot();
+        if self.addr.try_send(SupMsg::WhichChildren(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.recv().unwrap_or_default()
+    }
+
+    /// Stops the supervisor: its children in reverse start order (each per its shutdown
+    /// spec), then itself. Returns once done.
+    pub fn stop(&self) {
+        let (tx, rx) = oneshot();
+        if self.addr.try_send(SupMsg::Stop(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+}
