@@ -52,6 +52,8 @@ mod loom_shim;
 #[cfg(not(loom))]
 mod mailbox;
 #[cfg(not(loom))]
+pub mod pg;
+#[cfg(not(loom))]
 mod preempt;
 #[cfg(not(loom))]
 mod process;

@@ -172,6 +172,8 @@ pub(crate) struct ProcState {
     pub(crate) timers: Vec<crate::timer::TimerKey>,
     /// Behaviour data found by pid (a gen_server's exit cell, for `gen_server::named`).
     ext: Option<Arc<dyn Any + Send + Sync>>,
+    /// `pg` groups joined (one entry per join), removed on exit.
+    groups: Vec<String>,
 }
 
 impl ProcState {
@@ -185,6 +187,7 @@ impl ProcState {
         self.exit_reason = None;
         self.timers.clear();
         self.ext = None;
+        self.groups.clear();
     }
 }
 
@@ -211,6 +214,7 @@ impl ProcSlot {
                 exit_reason: None,
                 timers: Vec::new(),
                 ext: None,
+                groups: Vec::new(),
             })
         });
         if st.gen != gen {
@@ -494,6 +498,11 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
             // Step 3 happens before step 2 publishes: release the name first.
             sh.registry.release(n, pid);
         }
+        if !st.groups.is_empty() {
+            // pg memberships are visible resources too: gone before any Down is queued.
+            let groups = std::mem::take(&mut st.groups);
+            sh.pg.lock().remove_member(pid, &groups);
+        }
         for m in st.monitors.drain(..) {
             m.sink.push_signal(Signal::Down(Down {
                 monitor: MonitorRef { id: m.id, target: pid },
@@ -556,6 +565,28 @@ pub(crate) fn ext_of(pid: Pid) -> Option<Arc<dyn Any + Send + Sync>> {
         return None;
     }
     slot.existing(pid.generation()).and_then(|s| s.ext.clone())
+}
+
+/// Records a `pg` membership of a live actor. Returns false if it is not alive.
+pub(crate) fn pg_joined(sh: &Shared, pid: Pid, group: &str) -> bool {
+    let Some(lock) = proc_lock(sh, pid) else { return false };
+    let mut slot = lock.lock();
+    if !alive_locked(sh, &slot, pid) {
+        return false;
+    }
+    slot.state_for(pid.generation()).groups.push(group.to_string());
+    true
+}
+
+/// Forgets one `pg` membership of an actor.
+pub(crate) fn pg_left(sh: &Shared, pid: Pid, group: &str) {
+    if let Some(lock) = proc_lock(sh, pid) {
+        if let Some(st) = lock.lock().existing(pid.generation()) {
+            if let Some(i) = st.groups.iter().position(|g| g == group) {
+                st.groups.swap_remove(i);
+            }
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------

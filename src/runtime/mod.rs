@@ -297,6 +297,7 @@ pub(crate) struct Shared {
     pub(crate) inboxes: Box<[CachePadded<Inbox>]>,
     pub(crate) timers: Timers,
     pub(crate) registry: crate::process::Registry,
+    pub(crate) pg: crate::sync::raw_mutex::RawMutex<crate::pg::PgState>,
     /// Supervisors started by non-supervisors, in start order (stopped in reverse at root exit).
     root_sups: crate::sync::raw_mutex::RawMutex<Vec<crate::supervisor::SupervisorRef>>,
     /// The root actor.
@@ -319,6 +320,7 @@ impl Shared {
             inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
             timers: Timers::new(),
             registry: crate::process::Registry::new(),
+            pg: crate::sync::raw_mutex::RawMutex::new(crate::sync::raw_mutex::Rank::Pg, Default::default()),
             root_sups: crate::sync::raw_mutex::RawMutex::new(crate::sync::raw_mutex::Rank::Primitive, Vec::new()),
             root_pid: std::sync::OnceLock::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),

@@ -29,10 +29,12 @@ pub(crate) enum Rank {
     Process = 0,
     /// The runtime's name registry.
     Registry = 1,
+    /// The runtime's process groups (`pg`).
+    Pg = 2,
     /// Channel, mailbox, oneshot, watch, mutex, barrier, wait-group state.
-    Primitive = 2,
+    Primitive = 3,
     /// The runtime's timer map.
-    Timers = 3,
+    Timers = 4,
 }
 
 pub(crate) struct RawMutex<T> {

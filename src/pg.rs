@@ -1,0 +1,144 @@
+//! `pg`: local process groups, as in OTP's `pg` (one scope per runtime).
+//!
+//! - [`join`] is counted: joining twice needs two [`leave`]s; `leave` of a non-member is
+//!   [`PgError::NotJoined`].
+//! - A member that ends leaves all its groups automatically, before its monitors and links
+//!   are told (memberships are visible resources, released like names).
+//! - [`monitor_scope`] returns a snapshot of every group and a channel of [`PgEvent`]s for
+//!   every later change, in order.
+//!
+//! State: one map `group -> members` (a pid appears once per join) under a lock ranked
+//! between the registry and primitives; each member's process state lists its groups so the
+//! exit path can remove them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::channel::{channel, Receiver, Sender};
+use crate::runtime::Shared;
+use crate::slot_state::Pid;
+
+/// A group membership change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PgEvent {
+    /// `pids` joined `group`.
+    Join {
+        /// The group.
+        group: String,
+        /// Who joined (one entry per join).
+        pids: Vec<Pid>,
+    },
+    /// `pids` left `group` (explicitly or by ending).
+    Leave {
+        /// The group.
+        group: String,
+        /// Who left (one entry per membership removed).
+        pids: Vec<Pid>,
+    },
+}
+
+/// Why a `pg` operation failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PgError {
+    /// `leave` of a pid that is not a member.
+    NotJoined,
+    /// `join` of a pid that is not a live actor of this runtime.
+    NoProc,
+}
+
+impl fmt::Display for PgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PgError::NotJoined => f.write_str("pg: not a member of that group"),
+            PgError::NoProc => f.write_str("pg: not a live local actor"),
+        }
+    }
+}
+impl std::error::Error for PgError {}
+
+#[derive(Default)]
+pub(crate) struct PgState {
+    groups: BTreeMap<String, Vec<Pid>>,
+    watchers: Vec<Sender<PgEvent>>,
+}
+
+impl PgState {
+    fn publish(&mut self, ev: PgEvent) {
+        self.watchers.retain(|w| w.send(ev.clone()).is_ok());
+    }
+
+    /// Removes every membership of `pid` in `groups` (the exit path).
+    pub(crate) fn remove_member(&mut self, pid: Pid, groups: &[String]) {
+        for g in groups {
+            let Some(members) = self.groups.get_mut(g) else { continue };
+            let before = members.len();
+            members.retain(|p| *p != pid);
+            let removed = before - members.len();
+            if members.is_empty() {
+                self.groups.remove(g);
+            }
+            if removed > 0 {
+                self.publish(PgEvent::Leave { group: g.clone(), pids: vec![pid; removed] });
+            }
+        }
+    }
+}
+
+fn shared() -> &'static Shared {
+    let (sh, _) = crate::runtime::current_shared().expect("smarm::pg called outside an actor");
+    // SAFETY: the runtime outlives its running actor.
+    unsafe { &*sh }
+}
+
+/// Adds `pid` (a live local actor) to `group`, once more.
+pub fn join(group: &str, pid: Pid) -> Result<(), PgError> {
+    let sh = shared();
+    if !crate::process::pg_joined(sh, pid, group) {
+        return Err(PgError::NoProc);
+    }
+    let mut pg = sh.pg.lock();
+    pg.groups.entry(group.to_string()).or_default().push(pid);
+    pg.publish(PgEvent::Join { group: group.to_string(), pids: vec![pid] });
+    Ok(())
+}
+
+/// Removes one membership of `pid` in `group`.
+pub fn leave(group: &str, pid: Pid) -> Result<(), PgError> {
+    let sh = shared();
+    {
+        let mut pg = sh.pg.lock();
+        let Some(members) = pg.groups.get_mut(group) else { return Err(PgError::NotJoined) };
+        let Some(i) = members.iter().position(|p| *p == pid) else { return Err(PgError::NotJoined) };
+        members.remove(i);
+        if members.is_empty() {
+            pg.groups.remove(group);
+        }
+        pg.publish(PgEvent::Leave { group: group.to_string(), pids: vec![pid] });
+    }
+    crate::process::pg_left(sh, pid, group);
+    Ok(())
+}
+
+/// Members of `group` (one entry per join), in join order.
+pub fn members(group: &str) -> Vec<Pid> {
+    shared().pg.lock().groups.get(group).cloned().unwrap_or_default()
+}
+
+/// Members of `group` on this node (all of them, without `cluster`).
+pub fn local_members(group: &str) -> Vec<Pid> {
+    members(group)
+}
+
+/// Groups with at least one member.
+pub fn which_groups() -> Vec<String> {
+    shared().pg.lock().groups.keys().cloned().collect()
+}
+
+/// A snapshot of every group, and a channel of every later change.
+pub fn monitor_scope() -> (BTreeMap<String, Vec<Pid>>, Receiver<PgEvent>) {
+    let sh = shared();
+    let (tx, rx) = channel();
+    let mut pg = sh.pg.lock();
+    pg.watchers.push(tx);
+    (pg.groups.clone(), rx)
+}
