@@ -130,10 +130,16 @@ impl<R: Send> From<R> {
     pub fn caller(&self) -> Option<Pid> {
         self.caller
     }
-    fn reply(&self, r: R) {
+    pub(crate) fn reply_now(&self, r: R) {
         if let Some(tx) = self.tx.take() {
             let _ = tx.send(r);
         }
+    }
+
+    /// A `From` for a call and the receiver its reply arrives on.
+    pub(crate) fn new_pair(caller: Option<Pid>) -> (From<R>, crate::channel::OneshotReceiver<R>) {
+        let (tx, rx) = oneshot();
+        (From { tx: std::cell::Cell::new(Some(tx)), caller }, rx)
     }
 }
 
@@ -382,14 +388,14 @@ fn run_loop<S: GenServer>(server: &mut S, mb: &Mailbox<Request<S>>) -> DownReaso
         let flow = match mb.recv() {
             Envelope::Msg(Request::Call(req, from)) => match server.handle_call(req, &from) {
                 CallResult::Reply(r) => {
-                    from.reply(r);
+                    from.reply_now(r);
                     Flow::Continue
                 }
                 CallResult::NoReply => Flow::Continue,
                 CallResult::Stop(reason, reply) => {
                     server.terminate(&reason);
                     if let Some(r) = reply {
-                        from.reply(r);
+                        from.reply_now(r);
                     }
                     return reason;
                 }

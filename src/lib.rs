@@ -48,6 +48,8 @@ mod context;
 mod error;
 #[cfg(not(loom))]
 pub mod gen_server;
+#[cfg(not(loom))]
+pub mod gen_statem;
 mod loom_shim;
 #[cfg(not(loom))]
 mod mailbox;
