@@ -1,12 +1,23 @@
 //! `oneshot`: one value, one sender, one receiver.
+//!
+//! # Ownership without reference counting
+//!
+//! The shared cell is a plain heap allocation, not an `Arc`: each end records, inside the
+//! critical section it already takes to send or receive, that it is done (`sender_alive` /
+//! `receiver_alive` = false). Whichever end finds the other already done, in that same
+//! critical section, is the last user and frees the cell after unlocking. Exactly one end
+//! can see the other gone (both decisions are made under the cell's lock), so the cell is
+//! freed exactly once and never used after. A create + send + recv round trip thus costs
+//! two locked instructions (one lock per end) and no reference-count traffic.
 
+use std::cell::Cell;
 use std::fmt;
-use std::sync::Arc;
+use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use super::{RecvError, RecvTimeoutError, SelectRecv, SelectWaiter, Selectable, TryRecvError};
 use crate::runtime::{park_until, Waiter};
-use crate::sync::raw_mutex::{Rank, RawMutex};
+use crate::sync::raw_mutex::{Rank, RawGuard, RawMutex};
 
 struct State<T> {
     value: Option<T>,
@@ -20,6 +31,16 @@ struct Inner<T> {
     state: RawMutex<State<T>>,
 }
 
+/// Frees the cell.
+///
+/// # Safety
+/// `inner` came from `Box::into_raw` in [`oneshot`], both ends are done, and the caller is
+/// the one that observed the other end done (see the module doc); no guard is alive.
+unsafe fn free<T>(inner: NonNull<Inner<T>>) {
+    // SAFETY: forwarded from the caller.
+    drop(unsafe { Box::from_raw(inner.as_ptr()) });
+}
+
 /// Creates a oneshot channel.
 ///
 /// ```
@@ -30,25 +51,44 @@ struct Inner<T> {
 /// });
 /// ```
 pub fn oneshot<T: Send>() -> (OneshotSender<T>, OneshotReceiver<T>) {
-    let inner = Arc::new(Inner {
+    let inner = Box::new(Inner {
         state: RawMutex::new(
             Rank::Primitive,
             State { value: None, sender_alive: true, receiver_alive: true, waiter: None },
         ),
     });
-    (OneshotSender { inner: inner.clone() }, OneshotReceiver { inner })
+    // SAFETY: Box::into_raw never returns null.
+    let inner = unsafe { NonNull::new_unchecked(Box::into_raw(inner)) };
+    (OneshotSender { inner, sent: false }, OneshotReceiver { inner, done: Cell::new(false) })
 }
 
 /// Sends the one value of a [`oneshot`] channel.
 pub struct OneshotSender<T> {
-    inner: Arc<Inner<T>>,
+    inner: NonNull<Inner<T>>,
+    /// `send` already finished this end.
+    sent: bool,
 }
 
+// SAFETY: the cell is only reached under its lock, and a `T: Send` value moves through it.
+unsafe impl<T: Send> Send for OneshotSender<T> {}
+// SAFETY: `&OneshotSender` only allows `is_closed`, which takes the lock.
+unsafe impl<T: Send> Sync for OneshotSender<T> {}
+
 impl<T> OneshotSender<T> {
+    fn lock(&self) -> RawGuard<'_, State<T>> {
+        // SAFETY: this end is not done, so the cell is alive (only the last end frees it).
+        unsafe { self.inner.as_ref() }.state.lock()
+    }
+
     /// Sends the value; returns it if the receiver is gone.
-    pub fn send(self, value: T) -> Result<(), T> {
-        let mut s = self.inner.state.lock();
+    pub fn send(mut self, value: T) -> Result<(), T> {
+        self.sent = true; // this end finishes below, in one critical section
+        let mut s = self.lock();
+        s.sender_alive = false;
         if !s.receiver_alive {
+            drop(s);
+            // SAFETY: the receiver is done and we saw it under the lock: we are last.
+            unsafe { free(self.inner) };
             return Err(value);
         }
         s.value = Some(value);
@@ -56,21 +96,29 @@ impl<T> OneshotSender<T> {
             w.wake();
         }
         Ok(())
-        // `self` drops here: marks the sender gone (the value is already in place).
     }
 
     /// True if the receiver has been dropped.
     pub fn is_closed(&self) -> bool {
-        !self.inner.state.lock().receiver_alive
+        !self.lock().receiver_alive
     }
 }
 
 impl<T> Drop for OneshotSender<T> {
     fn drop(&mut self) {
-        let mut s = self.inner.state.lock();
+        if self.sent {
+            return;
+        }
+        let mut s = self.lock();
         s.sender_alive = false;
         if let Some(w) = s.waiter.take() {
             w.wake();
+        }
+        let last = !s.receiver_alive;
+        drop(s);
+        if last {
+            // SAFETY: the receiver is done and we saw it under the lock: we are last.
+            unsafe { free(self.inner) };
         }
     }
 }
@@ -83,10 +131,35 @@ impl<T> fmt::Debug for OneshotSender<T> {
 
 /// Receives the one value of a [`oneshot`] channel.
 pub struct OneshotReceiver<T> {
-    inner: Arc<Inner<T>>,
+    inner: NonNull<Inner<T>>,
+    /// This end is finished (value taken or closure seen); the cell may be freed.
+    done: Cell<bool>,
 }
 
+// SAFETY: as for the sender; the receiver is not Sync (`done` is a Cell).
+unsafe impl<T: Send> Send for OneshotReceiver<T> {}
+
 impl<T> OneshotReceiver<T> {
+    fn lock(&self) -> RawGuard<'_, State<T>> {
+        debug_assert!(!self.done.get(), "oneshot receiver used after it finished");
+        // SAFETY: this end is not done, so the cell is alive.
+        unsafe { self.inner.as_ref() }.state.lock()
+    }
+
+    /// Finishes this end under the lock; frees the cell if the sender is done too.
+    fn finish(&self, mut s: RawGuard<'_, State<T>>) -> Option<T> {
+        s.receiver_alive = false;
+        self.done.set(true);
+        let v = s.value.take();
+        let last = !s.sender_alive;
+        drop(s);
+        if last {
+            // SAFETY: the sender is done and we saw it under the lock: we are last.
+            unsafe { free(self.inner) };
+        }
+        v
+    }
+
     /// Waits for the value; [`RecvError`] if the sender was dropped without sending.
     pub fn recv(self) -> Result<T, RecvError> {
         self.wait(None).map_err(|_| RecvError)
@@ -94,24 +167,33 @@ impl<T> OneshotReceiver<T> {
 
     /// Takes the value if it has arrived.
     pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
-        let mut s = self.inner.state.lock();
-        match s.value.take() {
-            Some(v) => Ok(v),
-            None if !s.sender_alive => Err(TryRecvError::Disconnected),
-            None => Err(TryRecvError::Empty),
+        if self.done.get() {
+            return Err(TryRecvError::Disconnected);
         }
+        let s = self.lock();
+        if s.value.is_some() {
+            return Ok(self.finish(s).expect("value present"));
+        }
+        if !s.sender_alive {
+            drop(s);
+            return Err(TryRecvError::Disconnected);
+        }
+        Err(TryRecvError::Empty)
     }
 
     /// Waits at most `timeout` for the value.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        if self.done.get() {
+            return Err(RecvTimeoutError::Disconnected);
+        }
         self.wait(Some(Instant::now() + timeout))
     }
 
     fn wait(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         loop {
-            let mut s = self.inner.state.lock();
-            if let Some(v) = s.value.take() {
-                return Ok(v);
+            let mut s = self.lock();
+            if s.value.is_some() {
+                return Ok(self.finish(s).expect("value present"));
             }
             if !s.sender_alive {
                 return Err(RecvTimeoutError::Disconnected);
@@ -121,28 +203,30 @@ impl<T> OneshotReceiver<T> {
             }
             s.waiter = Some(Waiter::current());
             drop(s);
-            let guard = Deregister(&self.inner);
+            let guard = Deregister(self);
             park_until(deadline);
             drop(guard);
         }
     }
 }
 
-struct Deregister<'a, T>(&'a Inner<T>);
+/// Clears the receiver's registration on return or unwind.
+struct Deregister<'a, T>(&'a OneshotReceiver<T>);
 
 impl<T> Drop for Deregister<'_, T> {
     fn drop(&mut self) {
-        self.0.state.lock().waiter = None;
+        self.0.lock().waiter = None;
     }
 }
 
 impl<T> Drop for OneshotReceiver<T> {
     fn drop(&mut self) {
-        let mut s = self.inner.state.lock();
-        s.receiver_alive = false;
-        let v = s.value.take();
-        drop(s);
-        drop(v);
+        if self.done.get() {
+            return;
+        }
+        let s = self.lock();
+        // A value nobody will receive is dropped outside the lock (user Drop code).
+        drop(self.finish(s));
     }
 }
 
@@ -154,11 +238,17 @@ impl<T> fmt::Debug for OneshotReceiver<T> {
 
 impl<T> Selectable for OneshotReceiver<T> {
     fn is_ready(&self) -> bool {
-        let s = self.inner.state.lock();
+        if self.done.get() {
+            return true;
+        }
+        let s = self.lock();
         s.value.is_some() || !s.sender_alive
     }
     fn register_waiter(&self, waiter: &SelectWaiter) -> bool {
-        let mut s = self.inner.state.lock();
+        if self.done.get() {
+            return true;
+        }
+        let mut s = self.lock();
         if s.value.is_some() || !s.sender_alive {
             return true;
         }
@@ -166,13 +256,22 @@ impl<T> Selectable for OneshotReceiver<T> {
         false
     }
     fn unregister_waiter(&self) {
-        self.inner.state.lock().waiter = None;
+        if !self.done.get() {
+            self.lock().waiter = None;
+        }
     }
 }
 
 impl<T> SelectRecv for OneshotReceiver<T> {
     type Output = Result<T, RecvError>;
     fn select_recv(&self) -> Result<T, RecvError> {
-        self.inner.state.lock().value.take().ok_or(RecvError)
+        if self.done.get() {
+            return Err(RecvError);
+        }
+        let s = self.lock();
+        if s.value.is_some() {
+            return Ok(self.finish(s).expect("value present"));
+        }
+        Err(RecvError)
     }
 }
