@@ -16,10 +16,9 @@
 //! on both. Each row reports the median and min..max of the per-unit time (total / work
 //! count); the tokio row of each pair carries the smarm/tokio ratio of the medians.
 //!
-//! Two sections stand in for smarm features that do not exist yet; their rows carry a note
-//! and each lives in one small function to switch when the feature lands:
-//! `catch_unwind` ([`smarm_catch_unwind_root`], monitors) and `call_roundtrip`
-//! ([`smarm_call_roundtrip_root`], gen_server call).
+//! `catch_unwind` observes failures through monitors (`spawn_monitor` + `Down`), and
+//! `call_roundtrip` uses gen_server `call`, as the contract says; rows can still carry a note
+//! (`SMARM_*_NOTE`) when an implementation detail differs from the contract.
 //!
 //! Run: `cargo bench --bench general` (everything), `cargo bench --bench general -- SECTION`
 //! (sections whose name contains SECTION), plus `--json FILE`, `--repeats N`, `--quick`
@@ -500,16 +499,23 @@ fn fail() {
     std::panic::panic_any(FAIL_MSG);
 }
 
-/// What the smarm `catch_unwind` row is measured with, until monitors land.
-const SMARM_CATCH_UNWIND_NOTE: &str = "(join; monitors pending)";
+/// Notes for the smarm `catch_unwind` row (none: it uses monitors, as the contract says).
+const SMARM_CATCH_UNWIND_NOTE: &str = "";
 
-/// smarm's `catch_unwind` root: spawns `PANICKERS` actors that panic and observes each
-/// failure; returns how many it observed. Today through `JoinHandle::join` returning
-/// `Err(DownReason::Panic(_))`; with monitors this becomes `spawn_monitor` + one `Down` per
-/// actor (and `SMARM_CATCH_UNWIND_NOTE` goes empty).
+/// smarm's `catch_unwind` root: spawns `PANICKERS` actors with `spawn_monitor`, each of which
+/// panics, and observes every failure as a `Down` with `DownReason::Panic`; returns how many
+/// it observed.
 fn smarm_catch_unwind_root() -> usize {
-    let hs: Vec<_> = (0..PANICKERS).map(|_| smarm::spawn(fail)).collect();
-    hs.into_iter().map(|h| h.join()).filter(|r| matches!(r, Err(smarm::DownReason::Panic(_)))).count()
+    let monitors: std::collections::HashSet<_> = (0..PANICKERS).map(|_| smarm::spawn_monitor(fail).1).collect();
+    let mut failures = 0;
+    while failures < PANICKERS {
+        if let smarm::Signal::Down(d) = smarm::recv_signal() {
+            if monitors.contains(&d.monitor) && matches!(d.reason, smarm::DownReason::Panic(_)) {
+                failures += 1;
+            }
+        }
+    }
+    failures
 }
 
 fn smarm_catch_unwind(threads: usize) -> Duration {
@@ -671,37 +677,34 @@ fn tokio_ring(threads: usize) -> Duration {
 
 // ---- call_roundtrip ----
 
-/// What the smarm `call_roundtrip` row is measured with, until gen_server lands.
-const SMARM_CALL_NOTE: &str = "(channel+oneshot; gen_server pending)";
+/// Notes for the smarm `call_roundtrip` row (none: it uses gen_server `call`).
+const SMARM_CALL_NOTE: &str = "";
 
-/// smarm's `call_roundtrip` root: one server, `SERVER_CLIENTS` clients making `CALLS_EACH`
-/// calls each; returns the sum of the replies. Today the same shape as tokio's (an mpsc
-/// request carrying a oneshot reply sender); with gen_server this becomes `start` +
-/// `call(server, req)` (and `SMARM_CALL_NOTE` goes empty).
+/// The `call_roundtrip` server: replies `req + 1`.
+struct PlusOne;
+
+impl smarm::gen_server::GenServer for PlusOne {
+    type Call = u64;
+    type Reply = u64;
+    type Cast = ();
+    type Info = ();
+    fn handle_call(&mut self, req: u64, _from: &smarm::gen_server::From<u64>) -> smarm::gen_server::CallResult<u64> {
+        smarm::gen_server::CallResult::Reply(req + 1)
+    }
+}
+
+/// smarm's `call_roundtrip` root: one gen_server, `SERVER_CLIENTS` client actors making
+/// `CALLS_EACH` `call`s each; returns the sum of the replies.
 fn smarm_call_roundtrip_root() -> u64 {
-    let (tx, rx) = smarm::channel::channel::<(u64, smarm::channel::OneshotSender<u64>)>();
-    let server = smarm::spawn(move || {
-        for (req, reply) in &rx {
-            let _ = reply.send(req + 1);
-        }
-    });
+    let server = smarm::gen_server::start(PlusOne).expect("server");
     let clients: Vec<_> = (0..SERVER_CLIENTS)
         .map(|_| {
-            let tx = tx.clone();
-            smarm::spawn(move || {
-                let mut sum = 0;
-                for i in 0..CALLS_EACH {
-                    let (reply, answer) = smarm::channel::oneshot();
-                    tx.send((i, reply)).unwrap();
-                    sum += answer.recv().unwrap();
-                }
-                sum
-            })
+            let server = server.clone();
+            smarm::spawn(move || (0..CALLS_EACH).map(|i| server.call(i).unwrap()).sum::<u64>())
         })
         .collect();
-    drop(tx);
     let sum = clients.into_iter().map(|h| h.join().unwrap()).sum();
-    server.join().unwrap();
+    server.stop(smarm::DownReason::Normal);
     sum
 }
 
