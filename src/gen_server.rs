@@ -448,7 +448,7 @@ impl<S: GenServer> ServerRef<S> {
             return Err(CallError::NoProc);
         }
         let mut rx = rx;
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        match rx.recv_deadline(deadline) {
             Ok(r) => Ok(r),
             Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
             Err(RecvTimeoutError::Disconnected) => {

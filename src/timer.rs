@@ -1,17 +1,28 @@
-//! Deadlines for `sleep` (and, as messaging lands, receive timeouts and `send_after`).
+//! Deadlines for `sleep`, receive and call timeouts, and `send_after`.
 //!
-//! One ordered map per runtime, keyed by (deadline, sequence number), under a short lock.
-//! `next` mirrors the earliest deadline in an atomic so scheduler threads can check "is
-//! anything due?" without the lock; an idle thread parks with a timeout up to that
-//! deadline instead of polling.
+//! # Structure: a hashed timing wheel
+//!
+//! One wheel per runtime, under a short `RawMutex` (rank `Timers`). Time is cut into ticks
+//! of 2^20 ns (~1.05 ms); tick `t` hashes to slot `t % SLOTS`. Each slot heads an intrusive
+//! doubly linked list of entries kept in a slab (`entries`, with a free list), so:
+//! - `insert` and `cancel` are O(1) and, once the slab has grown to the peak number of
+//!   pending timers, allocation-free (a call's 5 s timeout is inserted and cancelled on
+//!   every call, so this is on the hot path);
+//! - `fire_due` walks the slots of the ticks that passed since the last poll and fires the
+//!   entries whose deadline is `<= now` (entries of later laps stay). Deadlines are never
+//!   fired early: an entry fires only once `now >= at`.
+//!
+//! `next` is a *lower bound* on the earliest deadline, readable without the lock: insert
+//! lowers it; firing recomputes it as the start of the first non-empty slot ahead (which is
+//! not later than any entry's deadline); cancel leaves it. An idle scheduler thread parks
+//! until `next` (at worst it wakes early, finds nothing due, and recomputes), so an idle
+//! runtime with one far timer does not spin.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::sync::raw_mutex::{Rank, RawMutex};
-
 use crate::runtime::Waiter;
+use crate::sync::raw_mutex::{Rank, RawMutex};
 
 /// What a deadline does when it fires.
 pub(crate) enum Action {
@@ -22,16 +33,173 @@ pub(crate) enum Action {
 }
 
 /// A registered deadline; pass it to [`Timers::cancel`] to remove it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TimerKey {
+    idx: u32,
+    gen: u32,
     at: u64,
-    seq: u64,
+}
+
+const TICK_SHIFT: u32 = 20;
+const SLOTS: usize = 1024;
+const NIL: u32 = u32::MAX;
+
+struct Entry {
+    /// Deadline, ns since the epoch.
+    at: u64,
+    /// `None` when the entry is free.
+    action: Option<Action>,
+    /// Slot whose list holds the entry.
+    slot: u32,
+    prev: u32,
+    next: u32,
+    /// Bumped when the entry is freed, so a stale key cannot cancel a newer timer.
+    gen: u32,
+}
+
+struct Wheel {
+    heads: Box<[u32]>,
+    entries: Vec<Entry>,
+    /// Free list through `next`.
+    free: u32,
+    pending: usize,
+    /// Every tick before this one has been processed.
+    processed_tick: u64,
+}
+
+impl Wheel {
+    fn new() -> Wheel {
+        Wheel {
+            heads: vec![NIL; SLOTS].into_boxed_slice(),
+            entries: Vec::new(),
+            free: NIL,
+            pending: 0,
+            processed_tick: 0,
+        }
+    }
+
+    fn slot_of(tick: u64) -> u32 {
+        (tick % SLOTS as u64) as u32
+    }
+
+    fn insert(&mut self, at: u64, action: Action) -> TimerKey {
+        // A deadline in an already-processed tick is filed under the current one, so the
+        // next poll sees it.
+        let slot = Self::slot_of((at >> TICK_SHIFT).max(self.processed_tick));
+        let idx = if self.free != NIL {
+            let idx = self.free;
+            self.free = self.entries[idx as usize].next;
+            idx
+        } else {
+            self.entries.push(Entry { at: 0, action: None, slot: 0, prev: NIL, next: NIL, gen: 0 });
+            (self.entries.len() - 1) as u32
+        };
+        let head = self.heads[slot as usize];
+        {
+            let e = &mut self.entries[idx as usize];
+            e.at = at;
+            e.action = Some(action);
+            e.slot = slot;
+            e.prev = NIL;
+            e.next = head;
+        }
+        if head != NIL {
+            self.entries[head as usize].prev = idx;
+        }
+        self.heads[slot as usize] = idx;
+        self.pending += 1;
+        TimerKey { idx, gen: self.entries[idx as usize].gen, at }
+    }
+
+    fn unlink(&mut self, idx: u32) {
+        let (prev, next, slot) = {
+            let e = &self.entries[idx as usize];
+            (e.prev, e.next, e.slot)
+        };
+        if prev != NIL {
+            self.entries[prev as usize].next = next;
+        } else {
+            self.heads[slot as usize] = next;
+        }
+        if next != NIL {
+            self.entries[next as usize].prev = prev;
+        }
+    }
+
+    /// Unlinks and frees entry `idx`, returning its action.
+    fn take(&mut self, idx: u32) -> Option<Action> {
+        self.unlink(idx);
+        let free = self.free;
+        let e = &mut self.entries[idx as usize];
+        let action = e.action.take();
+        e.gen = e.gen.wrapping_add(1);
+        e.next = free;
+        self.free = idx;
+        self.pending -= 1;
+        action
+    }
+
+    fn cancel(&mut self, key: TimerKey) -> Option<Action> {
+        match self.entries.get(key.idx as usize) {
+            Some(e) if e.gen == key.gen && e.action.is_some() => self.take(key.idx),
+            _ => None,
+        }
+    }
+
+    /// Takes every entry due at `now_ns` into `out`.
+    fn expire(&mut self, now_ns: u64, out: &mut Vec<Action>) {
+        let now_tick = now_ns >> TICK_SHIFT;
+        if now_tick < self.processed_tick {
+            return;
+        }
+        let ticks = (now_tick - self.processed_tick + 1).min(SLOTS as u64);
+        for t in 0..ticks {
+            let slot = Self::slot_of(self.processed_tick + t);
+            let mut idx = self.heads[slot as usize];
+            while idx != NIL {
+                let next = self.entries[idx as usize].next;
+                if self.entries[idx as usize].at <= now_ns {
+                    if let Some(a) = self.take(idx) {
+                        out.push(a);
+                    }
+                }
+                idx = next;
+            }
+        }
+        // The current tick may still hold entries due later within it: re-check it next time.
+        self.processed_tick = now_tick;
+    }
+
+    /// A lower bound on the earliest pending deadline (ns), or `u64::MAX` if none.
+    fn next_bound(&self) -> u64 {
+        if self.pending == 0 {
+            return u64::MAX;
+        }
+        for off in 0..SLOTS as u64 {
+            let tick = self.processed_tick + off;
+            let head = self.heads[Self::slot_of(tick) as usize];
+            if head != NIL {
+                if off == 0 {
+                    // The current tick's slot: its earliest entry may be due within it.
+                    let mut idx = head;
+                    let mut min = u64::MAX;
+                    while idx != NIL {
+                        min = min.min(self.entries[idx as usize].at);
+                        idx = self.entries[idx as usize].next;
+                    }
+                    return min;
+                }
+                return tick << TICK_SHIFT;
+            }
+        }
+        u64::MAX
+    }
 }
 
 pub(crate) struct Timers {
     epoch: Instant,
-    map: RawMutex<(BTreeMap<TimerKey, Action>, u64)>,
-    /// Earliest deadline in nanoseconds since `epoch`, `u64::MAX` when empty.
+    wheel: RawMutex<Wheel>,
+    /// Lower bound on the earliest deadline in ns since `epoch`; `u64::MAX` when none.
     next: AtomicU64,
 }
 
@@ -39,7 +207,7 @@ impl Timers {
     pub(crate) fn new() -> Timers {
         Timers {
             epoch: Instant::now(),
-            map: RawMutex::new(Rank::Timers, (BTreeMap::new(), 0)),
+            wheel: RawMutex::new(Rank::Timers, Wheel::new()),
             next: AtomicU64::new(u64::MAX),
         }
     }
@@ -49,7 +217,7 @@ impl Timers {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
     }
 
-    /// Registers `waiter` to be woken at `deadline`. Returns the key and whether this is now
+    /// Registers `waiter` to be woken at `deadline`. Returns the key and whether this lowered
     /// the earliest deadline (the caller then makes sure an idle thread re-arms).
     pub(crate) fn insert(&self, deadline: Instant, waiter: Waiter) -> (TimerKey, bool) {
         self.insert_action(deadline, Action::Wake(waiter))
@@ -58,30 +226,17 @@ impl Timers {
     /// Registers `action` at `deadline`; see [`Timers::insert`].
     pub(crate) fn insert_action(&self, deadline: Instant, action: Action) -> (TimerKey, bool) {
         let at = self.nanos(deadline);
-        let mut g = self.map.lock();
-        let seq = g.1;
-        g.1 += 1;
-        let key = TimerKey { at, seq };
-        g.0.insert(key, action);
-        let earliest = at < self.next.load(Ordering::Relaxed);
-        if earliest {
-            // Relaxed: `next` is a hint read without the lock; readers that act on it take
-            // the lock, and a stale value only delays the check to the next poll.
-            self.next.store(at, Ordering::Relaxed);
-        }
+        let key = self.wheel.lock().insert(at, action);
+        // Relaxed: `next` is a hint read without the lock; a thread that acts on it takes the
+        // lock. fetch_min keeps it a lower bound under racing inserts.
+        let earliest = self.next.fetch_min(at, Ordering::Relaxed) > at;
         (key, earliest)
     }
 
     /// Removes a deadline if it has not fired; returns whether it was still pending.
     pub(crate) fn cancel(&self, key: TimerKey) -> bool {
-        let mut g = self.map.lock();
-        let removed = g.0.remove(&key);
+        let removed = self.wheel.lock().cancel(key);
         let pending = removed.is_some();
-        if pending {
-            let next = g.0.keys().next().map_or(u64::MAX, |k| k.at);
-            self.next.store(next, Ordering::Relaxed);
-        }
-        drop(g);
         drop(removed); // a cancelled send_after's message is dropped outside the lock
         pending
     }
@@ -91,47 +246,47 @@ impl Timers {
         self.epoch + Duration::from_nanos(key.at)
     }
 
-    /// True if some deadline is due at `now`.
+    /// True if some deadline may be due at `now`.
     pub(crate) fn due(&self, now: Instant) -> bool {
         let next = self.next.load(Ordering::Relaxed);
         next != u64::MAX && next <= self.nanos(now)
     }
 
-    /// True if any deadline is registered.
+    /// True if no deadline is registered (as far as the lower bound knows).
     pub(crate) fn is_empty(&self) -> bool {
         self.next.load(Ordering::Relaxed) == u64::MAX
     }
 
-    /// Time until the earliest deadline, if any.
+    /// Time until the earliest deadline (a lower bound), if any.
     pub(crate) fn until_next(&self, now: Instant) -> Option<Duration> {
         let next = self.next.load(Ordering::Relaxed);
         (next != u64::MAX).then(|| Duration::from_nanos(next.saturating_sub(self.nanos(now))))
     }
 
-    /// Wakes every waiter whose deadline has passed. Returns how many.
+    /// Wakes every waiter whose deadline has passed and runs due `send_after` actions.
+    /// Returns how many fired.
     pub(crate) fn fire_due(&self, now: Instant) -> usize {
         if !self.due(now) {
             return 0;
         }
         let now_ns = self.nanos(now);
-        let mut fired = 0;
+        let mut due = Vec::new();
         let mut run = Vec::new();
-        let mut g = self.map.lock();
-        while let Some(entry) = g.0.first_entry() {
-            if entry.key().at > now_ns {
-                break;
+        let fired;
+        {
+            let mut wheel = self.wheel.lock();
+            wheel.expire(now_ns, &mut due);
+            fired = due.len();
+            // Wakes happen under the lock: a sleeper deregisters (cancel) under the same lock
+            // before it can end, so the waiter is alive.
+            for a in due.drain(..) {
+                match a {
+                    Action::Wake(w) => w.wake(),
+                    Action::Run(f) => run.push(f),
+                }
             }
-            match entry.remove() {
-                // Woken under the lock: a sleeper deregisters (cancel) under the same lock
-                // before it can end, so the waiter is alive.
-                Action::Wake(w) => w.wake(),
-                Action::Run(f) => run.push(f),
-            }
-            fired += 1;
+            self.next.store(wheel.next_bound(), Ordering::Relaxed);
         }
-        let next = g.0.keys().next().map_or(u64::MAX, |k| k.at);
-        self.next.store(next, Ordering::Relaxed);
-        drop(g);
         // Closures (channel sends) take primitive locks, which rank below the timer lock.
         for f in run {
             // A panicking Drop of a message whose receiver is gone must not take the

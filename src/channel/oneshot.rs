@@ -181,6 +181,14 @@ impl<T> OneshotReceiver<T> {
         Err(TryRecvError::Empty)
     }
 
+    /// Waits for the value until `deadline`.
+    pub fn recv_deadline(&mut self, deadline: Instant) -> Result<T, RecvTimeoutError> {
+        if self.done.get() {
+            return Err(RecvTimeoutError::Disconnected);
+        }
+        self.wait(Some(deadline))
+    }
+
     /// Waits at most `timeout` for the value.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         if self.done.get() {
@@ -198,14 +206,21 @@ impl<T> OneshotReceiver<T> {
             if !s.sender_alive {
                 return Err(RecvTimeoutError::Disconnected);
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(RecvTimeoutError::Timeout);
-            }
             s.waiter = Some(Waiter::current());
             drop(s);
             let guard = Deregister(self);
-            park_until(deadline);
+            // `park_until` reads the clock once and declines to park once the deadline has
+            // passed (a zero timeout polls without parking).
+            let parked = park_until(deadline);
             drop(guard);
+            if !parked {
+                // Deadline passed: one last look, then time out.
+                let s = self.lock();
+                if s.value.is_some() {
+                    return Ok(self.finish(s).expect("value present"));
+                }
+                return Err(if s.sender_alive { RecvTimeoutError::Timeout } else { RecvTimeoutError::Disconnected });
+            }
         }
     }
 }
