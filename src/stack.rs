@@ -23,7 +23,8 @@
 //!
 //! [`StackPool`] keeps at most `max_warm` released stacks for reuse (a spawn then does no
 //! syscall and deep actors find their pages resident); stacks released beyond that bound
-//! are unmapped, so RSS falls back after a burst.
+//! are unmapped, so RSS falls back after a burst. When a runtime ends, its warm stacks move
+//! to a process-wide cache of at most 256 stacks that the next runtime draws from first.
 //!
 //! # Overflow
 //!
@@ -173,10 +174,17 @@ impl StackPool {
         StackPool { usable, max_warm, warm: Mutex::new(Vec::new()) }
     }
 
-    /// A stack from the pool, or a fresh mapping.
+    /// A stack from the pool, else from the process-wide cache, else a fresh mapping.
     pub(crate) fn get(&self) -> io::Result<Stack> {
         if let Some(s) = self.warm.lock().pop() {
             return Ok(s);
+        }
+        let len = self.usable.div_ceil(PAGE) * PAGE + GUARD_BYTES;
+        {
+            let mut global = GLOBAL_WARM.lock();
+            if let Some(i) = global.iter().rposition(|s| s.len == len) {
+                return Ok(global.swap_remove(i));
+            }
         }
         Stack::new(self.usable)
     }
@@ -192,6 +200,25 @@ impl StackPool {
         drop(stack);
     }
 }
+
+impl Drop for StackPool {
+    /// A runtime's warm stacks outlive it in the process-wide cache (bounded), so the next
+    /// runtime of the process does not page-fault fresh stacks in — as glibc keeps the
+    /// stacks of exited threads for new ones. Beyond the bound they are unmapped.
+    fn drop(&mut self) {
+        let warm = std::mem::take(&mut *self.warm.lock());
+        let mut global = GLOBAL_WARM.lock();
+        for s in warm {
+            if global.len() < GLOBAL_MAX_WARM {
+                global.push(s);
+            }
+        }
+    }
+}
+
+/// Stacks kept across runtimes, at most this many (of any size).
+const GLOBAL_MAX_WARM: usize = 256;
+static GLOBAL_WARM: Mutex<Vec<Stack>> = Mutex::new(Vec::new());
 
 // ------------------------------------------------------------------------------------------
 // Overflow handler
