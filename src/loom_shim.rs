@@ -22,6 +22,8 @@ pub(crate) use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 /// branch limit.
 #[inline]
 pub(crate) fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
     #[cfg(not(loom))]
     core::hint::spin_loop();
 }

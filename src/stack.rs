@@ -24,7 +24,7 @@
 //! [`StackPool`] keeps at most `max_warm` released stacks for reuse (a spawn then does no
 //! syscall and deep actors find their pages resident); stacks released beyond that bound
 //! are unmapped, so RSS falls back after a burst. When a runtime ends, its warm stacks move
-//! to a process-wide cache of at most 256 stacks that the next runtime draws from first.
+//! to a process-wide cache of at most 1,024 stacks that the next runtime draws from first.
 //!
 //! # Overflow
 //!
@@ -217,7 +217,7 @@ impl Drop for StackPool {
 }
 
 /// Stacks kept across runtimes, at most this many (of any size).
-const GLOBAL_MAX_WARM: usize = 256;
+const GLOBAL_MAX_WARM: usize = 1024;
 static GLOBAL_WARM: Mutex<Vec<Stack>> = Mutex::new(Vec::new());
 
 // ------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ pub const DEFAULT_TIMESLICE_CYCLES: u64 = 100_000;
 /// Default number of consecutive wake-slot runs before a thread serves the shared queue.
 pub const DEFAULT_LIFO_RUN_LIMIT: u32 = 16;
 /// Default number of released stacks each runtime keeps mapped for reuse.
-pub const DEFAULT_WARM_STACKS: usize = 256;
+pub const DEFAULT_WARM_STACKS: usize = 1024;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
@@ -136,7 +136,7 @@ impl Builder {
         self.quiet_panics = quiet;
         self
     }
-    /// Released stacks kept mapped for reuse (default 256); more are unmapped.
+    /// Released stacks kept mapped for reuse (default 1,024); more are unmapped.
     pub fn warm_stacks(mut self, n: usize) -> Self {
         self.warm_stacks = n;
         self
