@@ -163,22 +163,51 @@ pub fn guard_method() -> &'static str {
 }
 
 /// A bounded pool of equally sized stacks.
+///
+/// Spawning *reserves* a stack (mapping one into the pool if none is spare, so a failing
+/// `mmap` is the spawner's error) and the actor *takes* one at its first run: the most
+/// recently released one, whose pages are resident and likely still in cache. So 100 actors
+/// spawned at once and run one after another on one thread all run on the same hot stack,
+/// instead of streaming through 100 cold ones.
 pub(crate) struct StackPool {
     usable: usize,
     max_warm: usize,
-    warm: Mutex<Vec<Stack>>,
+    /// Released stacks (LIFO) and how many of them are promised to spawned actors that have
+    /// not run yet.
+    warm: Mutex<(Vec<Stack>, usize)>,
 }
 
 impl StackPool {
     pub(crate) fn new(usable: usize, max_warm: usize) -> StackPool {
-        StackPool { usable, max_warm, warm: Mutex::new(Vec::new()) }
+        StackPool { usable, max_warm, warm: Mutex::new((Vec::new(), 0)) }
     }
 
-    /// A stack from the pool, else from the process-wide cache, else a fresh mapping.
-    pub(crate) fn get(&self) -> io::Result<Stack> {
-        if let Some(s) = self.warm.lock().pop() {
-            return Ok(s);
+    /// Promises a stack to a spawned actor, mapping one (or taking one from the process-wide
+    /// cache) if the pool has none spare.
+    pub(crate) fn reserve(&self) -> io::Result<()> {
+        {
+            let mut w = self.warm.lock();
+            if w.0.len() > w.1 {
+                w.1 += 1;
+                return Ok(());
+            }
         }
+        let stack = self.fresh()?;
+        let mut w = self.warm.lock();
+        w.0.push(stack);
+        w.1 += 1;
+        Ok(())
+    }
+
+    /// Takes a reserved stack (an actor's first run).
+    pub(crate) fn take_reserved(&self) -> Stack {
+        let mut w = self.warm.lock();
+        debug_assert!(w.1 > 0, "stack taken without a reservation");
+        w.1 -= 1;
+        w.0.pop().expect("smarm: a reserved stack is always in the pool")
+    }
+
+    fn fresh(&self) -> io::Result<Stack> {
         let len = self.usable.div_ceil(PAGE) * PAGE + GUARD_BYTES;
         {
             let mut global = GLOBAL_WARM.lock();
@@ -189,14 +218,14 @@ impl StackPool {
         Stack::new(self.usable)
     }
 
-    /// Returns a stack; beyond `max_warm` it is unmapped.
+    /// Returns a stack; beyond `max_warm` spare stacks it is unmapped.
     pub(crate) fn put(&self, stack: Stack) {
-        let mut warm = self.warm.lock();
-        if warm.len() < self.max_warm {
-            warm.push(stack);
+        let mut w = self.warm.lock();
+        if w.0.len() - w.1 < self.max_warm {
+            w.0.push(stack);
             return;
         }
-        drop(warm);
+        drop(w);
         drop(stack);
     }
 }
@@ -206,7 +235,7 @@ impl Drop for StackPool {
     /// runtime of the process does not page-fault fresh stacks in — as glibc keeps the
     /// stacks of exited threads for new ones. Beyond the bound they are unmapped.
     fn drop(&mut self) {
-        let warm = std::mem::take(&mut *self.warm.lock());
+        let warm = std::mem::take(&mut self.warm.lock().0);
         let mut global = GLOBAL_WARM.lock();
         for s in warm {
             if global.len() < GLOBAL_MAX_WARM {

@@ -368,26 +368,23 @@ impl Shared {
             return Err(SpawnError::ShuttingDown);
         }
         let (index, gen) = self.slab.alloc().ok_or(SpawnError::Full { max_actors: self.slab.len() })?;
-        let stack = match self.stacks.get() {
-            Ok(s) => s,
-            Err(e) => {
-                self.slab.unalloc(index);
-                return Err(SpawnError::Stack(e));
-            }
-        };
+        // The stack is bound at the actor's first run (the pool's most recently used one,
+        // still in cache); here we only reserve one, so a failing mmap is a spawn error.
+        if let Err(e) = self.stacks.reserve() {
+            self.slab.unalloc(index);
+            return Err(SpawnError::Stack(e));
+        }
         let pid = Pid::new(index, gen);
         let (task, join) = actor::new_task(make(self, pid));
         let slot = self.slab.slot(index);
         // SAFETY: the slot was just popped from the free list, so it is FREE and ours alone
-        // until `publish_queued`; the entry argument is the slot, which outlives the actor.
+        // until `publish_queued`.
         unsafe {
-            let sp = context::init_stack(stack.top(), worker::actor_entry, slot as *const _ as *mut u8);
-            let (stack_base, stack_len) = stack.into_raw();
             *slot.cell.get() = ActorCell {
-                sp,
+                sp: 0,
                 sched_sp: 0,
-                stack_base,
-                stack_len,
+                stack_base: 0,
+                stack_len: 0,
                 task: Some(task),
                 intent: 0,
                 is_root,

@@ -204,6 +204,14 @@ impl Worker {
         let cell = slot.cell.get();
         // SAFETY: we claimed the actor (QUEUED -> RUNNING), so its control block is ours.
         unsafe {
+            if (*cell).stack_len == 0 {
+                // First run: bind the stack its spawn reserved (the pool's hottest).
+                let stack = sh.stacks.take_reserved();
+                (*cell).sp = crate::context::init_stack(stack.top(), actor_entry, slot as *const Slot as *mut u8);
+                let (base, len) = stack.into_raw();
+                (*cell).stack_base = base;
+                (*cell).stack_len = len;
+            }
             fp_control_switch(self.live_fp.get(), (*cell).fp);
             self.live_fp.set((*cell).fp);
             (*cell).assigned_thread = self.index;
