@@ -65,6 +65,8 @@ struct Wheel {
     pending: usize,
     /// Every tick before this one has been processed.
     processed_tick: u64,
+    /// Reused by `fire_due` so that firing does not allocate.
+    scratch: Vec<Action>,
 }
 
 impl Wheel {
@@ -75,6 +77,7 @@ impl Wheel {
             free: NIL,
             pending: 0,
             processed_tick: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -270,11 +273,11 @@ impl Timers {
             return 0;
         }
         let now_ns = self.nanos(now);
-        let mut due = Vec::new();
         let mut run = Vec::new();
         let fired;
         {
             let mut wheel = self.wheel.lock();
+            let mut due = std::mem::take(&mut wheel.scratch);
             wheel.expire(now_ns, &mut due);
             fired = due.len();
             // Wakes happen under the lock: a sleeper deregisters (cancel) under the same lock
@@ -285,6 +288,7 @@ impl Timers {
                     Action::Run(f) => run.push(f),
                 }
             }
+            wheel.scratch = due;
             self.next.store(wheel.next_bound(), Ordering::Relaxed);
         }
         // Closures (channel sends) take primitive locks, which rank below the timer lock.
@@ -339,8 +343,15 @@ pub fn send_after<T: Send + 'static>(delay: Duration, sender: &crate::channel::S
     if !w.is_null() {
         // SAFETY: this thread's live worker.
         let shared = unsafe { (*w).shared_arc() };
+        let rt = std::sync::Arc::downgrade(&shared);
+        // Runs on a scheduler thread: it must never block it. A full bounded channel gets
+        // the message from a short-lived actor that waits for room instead.
         let action = Action::Run(Box::new(move || {
-            let _ = tx.send(msg);
+            if let Err(crate::channel::TrySendError::Full(msg)) = tx.try_send(msg) {
+                if let Some(sh) = rt.upgrade() {
+                    let _ = sh.spawn(move || tx.send(msg), false);
+                }
+            }
         }));
         let (key, earliest) = shared.timers.insert_action(deadline, action);
         if earliest {

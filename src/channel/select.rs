@@ -31,7 +31,15 @@ pub trait Selectable {
 }
 
 /// Rotates the starting arm between calls (fairness). Relaxed: any spread of values will do.
+/// The count is hashed before use: actors that select in lock-step draw alternate counts,
+/// and a plain `count % n` would hand each of them the same parity forever.
 static ROTATE: AtomicUsize = AtomicUsize::new(0);
+
+fn start_arm(n: usize) -> usize {
+    let c = ROTATE.fetch_add(1, Ordering::Relaxed) as u64;
+    // Fibonacci hashing: the high bits of c * 2^64/phi are well spread for consecutive c.
+    ((c.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize) % n
+}
 
 /// Waits until one of `arms` is ready or `deadline` passes. Returns the index of a ready arm,
 /// or `None` on timeout. Used by [`select!`](crate::select).
@@ -41,7 +49,7 @@ pub fn select_ready(arms: &[&dyn Selectable], deadline: Option<Instant>) -> Opti
         while park_until(deadline) {}
         return None;
     }
-    let start = ROTATE.fetch_add(1, Ordering::Relaxed) % n;
+    let start = start_arm(n);
     loop {
         for k in 0..n {
             let i = (start + k) % n;
