@@ -11,15 +11,11 @@ pub(crate) use loom::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
-/// Gives way to a peer that is mid-operation (a CPU spin-loop hint).
-///
-/// Under loom it does nothing. Every spin loop in smarm is bounded and escalates to
-/// [`yield_thread`] (`run_queue::Backoff`), and a spin hint has no effect on memory or
-/// scheduling, so the model loses nothing: a spinning thread simply re-reads, and loom may
-/// preempt it at each atomic access as it may on real hardware. Yielding here instead would
-/// turn each backoff round into dozens of scheduling points (`Backoff::snooze` spins up to
-/// 2^6 hints per round), and two waiting consumers ping-ponging those yields exceed loom's
-/// branch limit.
+/// Gives way to a peer that is mid-operation. Under loom every wait is a yield, so the
+/// model explores the stalled peer's progress instead of spinning forever. (A no-op spin
+/// hint under loom is worse, not better: the backoff's spin rounds become runs of loads
+/// whose stale-value choices loom must permute, and the models take minutes instead of
+/// seconds.)
 #[inline]
 pub(crate) fn spin_hint() {
     #[cfg(loom)]
@@ -28,9 +24,7 @@ pub(crate) fn spin_hint() {
     core::hint::spin_loop();
 }
 
-/// Yields the OS thread (a peer may be descheduled mid-operation). Under loom this is
-/// `loom::thread::yield_now`, so a waiting thread lets the model run the stalled peer
-/// instead of spinning forever.
+/// Yields the OS thread (a peer may be descheduled mid-operation).
 #[inline]
 pub(crate) fn yield_thread() {
     #[cfg(loom)]
