@@ -329,6 +329,7 @@ mod api {
 
     /// Lets other actors run; the caller is resumed later, possibly on another thread. Off a
     /// runtime it yields the OS thread.
+    #[inline]
     pub fn yield_now() {
         crate::runtime::worker_yield();
     }
