@@ -1,5 +1,7 @@
 //! A short tour of smarm: actors spread over every scheduler thread, migrate between them
-//! at blocking calls, and a panicking actor is reported without disturbing the others.
+//! at blocking calls, a panicking actor is reported without disturbing the others, a
+//! monitor observes a crash, and a mailbox actor answers. For supervision (a crashing,
+//! restarted, registered gen_server) see `cargo run --release --example supervision`.
 //!
 //! Run: `cargo run --release --example tour`
 
@@ -62,7 +64,23 @@ fn main() {
             }
             println!("100 actors slept 20 ms each, concurrently, in {:?}", t.elapsed());
 
-            // 4. Actors still running when the root returns are shut down.
+            // 4. Erlang-style: a monitor sees a crash as a Down signal; messages go to a typed
+            //    mailbox. (Supervisors restarting crashed servers: `--example supervision`.)
+            let (_child, mref) = smarm::spawn_monitor(|| -> () { panic!("monitored crash") });
+            if let smarm::Signal::Down(d) = smarm::recv_signal() {
+                assert_eq!(d.monitor, mref);
+                println!("monitor saw {} go down: {}", d.pid, d.reason);
+            }
+            let (reply_tx, reply_rx) = smarm::channel::oneshot();
+            let echo = smarm::spawn_actor(move |mb: smarm::Mailbox<String>| {
+                if let smarm::Envelope::Msg(m) = mb.recv() {
+                    let _ = reply_tx.send(m.to_uppercase());
+                }
+            });
+            echo.send("hello mailbox".to_string());
+            println!("actor {} replied {:?}", echo.pid(), reply_rx.recv().unwrap());
+
+            // 5. Actors still running when the root returns are shut down.
             let _orphan = smarm::spawn(|| loop {
                 smarm::sleep(Duration::from_millis(5));
             });
