@@ -174,12 +174,12 @@ pub(crate) struct StackPool {
     max_warm: usize,
     /// Released stacks (LIFO) and how many of them are promised to spawned actors that have
     /// not run yet.
-    warm: Mutex<(Vec<Stack>, usize)>,
+    warm: Mutex<(std::collections::VecDeque<Stack>, usize)>,
 }
 
 impl StackPool {
     pub(crate) fn new(usable: usize, max_warm: usize) -> StackPool {
-        StackPool { usable, max_warm, warm: Mutex::new((Vec::new(), 0)) }
+        StackPool { usable, max_warm, warm: Mutex::new((std::collections::VecDeque::new(), 0)) }
     }
 
     /// Promises a stack to a spawned actor, mapping one (or taking one from the process-wide
@@ -194,7 +194,9 @@ impl StackPool {
         }
         let stack = self.fresh()?;
         let mut w = self.warm.lock();
-        w.0.push(stack);
+        // Cold (fresh or cached) stacks go to the bottom: the top of the pool stays the most
+        // recently released, hottest stack, which `take_reserved` hands out first.
+        w.0.push_front(stack);
         w.1 += 1;
         Ok(())
     }
@@ -204,7 +206,7 @@ impl StackPool {
         let mut w = self.warm.lock();
         debug_assert!(w.1 > 0, "stack taken without a reservation");
         w.1 -= 1;
-        w.0.pop().expect("smarm: a reserved stack is always in the pool")
+        w.0.pop_back().expect("smarm: a reserved stack is always in the pool")
     }
 
     fn fresh(&self) -> io::Result<Stack> {
@@ -222,7 +224,7 @@ impl StackPool {
     pub(crate) fn put(&self, stack: Stack) {
         let mut w = self.warm.lock();
         if w.0.len() - w.1 < self.max_warm {
-            w.0.push(stack);
+            w.0.push_back(stack);
             return;
         }
         drop(w);
