@@ -102,8 +102,8 @@ mod api {
     };
     use crate::runtime::current_worker;
     pub use crate::runtime::{
-        shutdown, Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_STACK_SIZE,
-        DEFAULT_TIMESLICE_CYCLES, MIN_STACK_SIZE,
+        shutdown, Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_SHUTDOWN_TIMEOUT,
+        DEFAULT_STACK_SIZE, DEFAULT_TIMESLICE_CYCLES, MIN_STACK_SIZE,
     };
     pub use crate::slot_state::Pid;
     pub use crate::timer::{cancel as cancel_timer, send_after, send_after_addr, TimerRef};

@@ -22,7 +22,13 @@
 //! 6. Scheduler threads see `finished` when idle and exit; `run` joins them, takes the
 //!    root's value, and drops the shared state (slab, queues, pooled stacks).
 //!
-//! An actor that never makes a runtime call (`loop {}`) cannot be stopped; `run` then waits
+//! 7. Actors that have not ended `shutdown_timeout` (default 5 s) after step 2 are asked
+//!    again with `Killed` (a timer holding a `Weak` to the runtime).
+//!
+//! An actor that never makes a runtime call (`loop {}`) cannot be stopped, and neither can
+//! one that catches every unwind in a loop (`loop { let _ = catch_unwind(|| sleep(..)); }`):
+//! stopping is an unwind delivered at runtime calls, because abandoning a suspended stack
+//! would skip the destructors that deregister it from channels and timers. `run` then waits
 //! for it. That is the documented limit of cooperative scheduling.
 
 pub(crate) mod idle;
@@ -42,7 +48,7 @@ use crate::context;
 use crate::error::{BuildError, RunError, SpawnError};
 use crate::loom_shim::CachePadded;
 use crate::run_queue::MpmcRing;
-use crate::slot_state::{Pid, Slab, Wake, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
+use crate::slot_state::{Pid, Slab, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::StackPool;
 use crate::timer::Timers;
 use idle::Idle;
@@ -59,6 +65,8 @@ pub const DEFAULT_MAX_ACTORS: usize = 16_384;
 pub const DEFAULT_TIMESLICE_CYCLES: u64 = 100_000;
 /// Default number of consecutive wake-slot runs before a thread serves the shared queue.
 pub const DEFAULT_LIFO_RUN_LIMIT: u32 = 16;
+/// Default time actors get to end after the root returns before they are killed.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Default number of released stacks each runtime keeps mapped for reuse.
 pub const DEFAULT_WARM_STACKS: usize = 1024;
 
@@ -70,6 +78,7 @@ pub(crate) struct Config {
     pub(crate) timeslice_cycles: u64,
     pub(crate) lifo_run_limit: u32,
     pub(crate) quiet_panics: bool,
+    pub(crate) shutdown_timeout: std::time::Duration,
     pub(crate) warm_stacks: usize,
 }
 
@@ -88,6 +97,7 @@ pub struct Builder {
     lifo_run_limit: u32,
     quiet_panics: bool,
     warm_stacks: usize,
+    shutdown_timeout: std::time::Duration,
 }
 
 impl Default for Builder {
@@ -100,6 +110,7 @@ impl Default for Builder {
             lifo_run_limit: DEFAULT_LIFO_RUN_LIMIT,
             quiet_panics: false,
             warm_stacks: DEFAULT_WARM_STACKS,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
     }
 }
@@ -129,6 +140,12 @@ impl Builder {
     /// Consecutive wake-slot runs before a thread serves the shared queue (default 16).
     pub fn lifo_run_limit(mut self, n: u32) -> Self {
         self.lifo_run_limit = n;
+        self
+    }
+    /// How long actors still running when the root returns have to end after being told
+    /// `Shutdown`, before they are killed (default 5 s).
+    pub fn shutdown_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.shutdown_timeout = timeout;
         self
     }
     /// Silences the report printed when an actor panics (default: printed, naming the pid).
@@ -173,6 +190,7 @@ impl Builder {
                 lifo_run_limit: self.lifo_run_limit,
                 quiet_panics: self.quiet_panics,
                 warm_stacks: self.warm_stacks,
+                shutdown_timeout: self.shutdown_timeout,
             },
         })
     }
@@ -460,7 +478,7 @@ impl Shared {
     }
 
     /// A retired actor's bookkeeping; called by its scheduler thread once its stack is free.
-    pub(crate) fn retired(&self, was_root: bool) {
+    pub(crate) fn retired(self: &Arc<Self>, was_root: bool) {
         let left = self.live.fetch_sub(1, Ordering::AcqRel) - 1;
         if was_root {
             self.begin_shutdown();
@@ -470,18 +488,43 @@ impl Shared {
     }
 
     /// Shutdown steps 2 and 5 (see the module doc).
-    fn begin_shutdown(&self) {
+    fn begin_shutdown(self: &Arc<Self>) {
         self.shutting_down.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        for index in 0..self.slab.high_water() as u32 {
-            if let Some(pid) = self.slab.live_pid(index) {
-                // Release: the cancelled actor reads it after its wake (Acquire chain).
-                self.slab.slot(index).cancel.store(CANCEL_SHUTDOWN, Ordering::Release);
-                self.wake(pid);
-            }
-        }
+        self.stop_all(CANCEL_SHUTDOWN);
         if self.live.load(Ordering::Acquire) == 0 {
             self.finish();
+            return;
+        }
+        // Whoever has not ended within the shutdown timeout is killed. The timer holds a Weak:
+        // it must not keep the runtime alive, and it dies with the runtime's timer wheel.
+        let rt = Arc::downgrade(self);
+        let deadline = std::time::Instant::now() + self.config.shutdown_timeout;
+        let kill = crate::timer::Action::Run(Box::new(move || {
+            if let Some(sh) = rt.upgrade() {
+                sh.stop_all(CANCEL_KILL);
+            }
+        }));
+        let (_, earliest) = self.timers.insert_action(deadline, kill);
+        if earliest {
+            self.wake_one();
+        }
+    }
+
+    /// Asks every live actor to stop with `code` (never downgrading a pending kill).
+    fn stop_all(&self, code: u8) {
+        for index in 0..self.slab.high_water() as u32 {
+            if let Some(pid) = self.slab.live_pid(index) {
+                let cancel = &self.slab.slot(index).cancel;
+                // Relaxed read: a racing kill wins either way (the CAS below fails or the
+                // kill overwrites); Release on the store: the actor reads it after its wake.
+                let cur = cancel.load(Ordering::Relaxed);
+                if cur == CANCEL_KILL || (cur != CANCEL_NONE && code != CANCEL_KILL) {
+                    continue;
+                }
+                cancel.store(code, Ordering::Release);
+                self.wake(pid);
+            }
         }
     }
 

@@ -291,7 +291,7 @@ impl Worker {
                 actor::release(t);
             }
         }
-        sh.retired(was_root);
+        Shared::retired(&self.shared, was_root);
     }
 
     fn idle_wait(&self) {
