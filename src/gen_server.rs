@@ -294,11 +294,55 @@ fn exit_reason_now(rx: &WatchReceiver<Option<DownReason>>) -> Option<DownReason>
     rx.clone().get()
 }
 
+/// Waits for a call's reply until `deadline` (None: forever). A reply channel that closes
+/// without a reply means the server dropped the request: it died (the reason is read from
+/// its exit cell, waiting for the cell up to the deadline) or dropped a deferred reply
+/// (then the caller times out, as in OTP).
+pub(crate) fn await_reply<R>(
+    mut rx: crate::channel::OneshotReceiver<R>,
+    deadline: Option<Instant>,
+    exit: &WatchReceiver<Option<DownReason>>,
+) -> Result<R, CallError> {
+    let got = match deadline {
+        Some(d) => rx.recv_deadline(d),
+        None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+    };
+    match got {
+        Ok(r) => Ok(r),
+        Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
+        Err(RecvTimeoutError::Disconnected) => {
+            let mut exit = exit.clone();
+            loop {
+                if let Some(r) = exit.get() {
+                    return Err(CallError::Down(r));
+                }
+                let waited = match deadline {
+                    Some(d) => exit.changed_deadline(d).map_err(|_| ()),
+                    None => exit.changed().map_err(|_| ()),
+                };
+                if waited.is_err() {
+                    return Err(CallError::Timeout);
+                }
+            }
+        }
+    }
+}
+
+/// Waits until a behaviour's exit cell is set (it has fully stopped).
+pub(crate) fn await_exit(exit: &WatchReceiver<Option<DownReason>>) {
+    let mut exit = exit.clone();
+    while exit.get().is_none() {
+        if exit.changed().is_err() {
+            break;
+        }
+    }
+}
+
 /// Sets the exit cell when the server ends, however it ends (before the mailbox and any
 /// pending `From` drop, so a caller that sees its reply channel close finds the reason).
-struct ExitCell {
-    tx: WatchSender<Option<DownReason>>,
-    reason: Option<DownReason>,
+pub(crate) struct ExitCell {
+    pub(crate) tx: WatchSender<Option<DownReason>>,
+    pub(crate) reason: Option<DownReason>,
 }
 
 impl Drop for ExitCell {
@@ -447,23 +491,7 @@ impl<S: GenServer> ServerRef<S> {
         if self.addr.try_send(Request::Call(request, from)).is_err() {
             return Err(CallError::NoProc);
         }
-        let mut rx = rx;
-        match rx.recv_deadline(deadline) {
-            Ok(r) => Ok(r),
-            Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
-            Err(RecvTimeoutError::Disconnected) => {
-                // The server dropped the request: it died (or dropped a deferred From).
-                let mut exit = self.exit.clone();
-                loop {
-                    if let Some(r) = exit.get() {
-                        return Err(CallError::Down(r));
-                    }
-                    if exit.changed_deadline(deadline).is_err() {
-                        return Err(CallError::Timeout);
-                    }
-                }
-            }
-        }
+        await_reply(rx, Some(deadline), &self.exit)
     }
 
     /// Sends a cast; always succeeds, even to a dead server.
@@ -484,13 +512,7 @@ impl<S: GenServer> ServerRef<S> {
             return false;
         }
         let _ = rx.recv();
-        // Wait for the actual exit (exit cell set after terminate returned).
-        let mut exit = self.exit.clone();
-        while exit.get().is_none() {
-            if exit.changed().is_err() {
-                break;
-            }
-        }
+        await_exit(&self.exit);
         true
     }
 

@@ -47,8 +47,8 @@ use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use crate::channel::{oneshot, watch, OneshotSender, RecvTimeoutError, WatchReceiver, WatchSender};
-use crate::gen_server::{CallError, From, Info, StartError};
+use crate::channel::{oneshot, watch, OneshotSender, WatchReceiver, WatchSender};
+use crate::gen_server::{await_exit, await_reply, CallError, ExitCell, From, Info, StartError};
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, DownReason};
 use crate::slot_state::Pid;
@@ -242,17 +242,6 @@ pub fn start_opts<M: GenStatem>(machine: M, opts: crate::gen_server::StartOpts) 
         Ok(Ok(())) => Ok(StatemRef { addr, exit: exit_rx }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(StartError::Init(exit_rx.clone().get().unwrap_or(DownReason::Killed))),
-    }
-}
-
-struct ExitCell {
-    tx: WatchSender<Option<DownReason>>,
-    reason: Option<DownReason>,
-}
-
-impl Drop for ExitCell {
-    fn drop(&mut self) {
-        self.tx.send(Some(self.reason.take().unwrap_or(DownReason::Killed)));
     }
 }
 
@@ -496,33 +485,11 @@ impl<M: GenStatem> StatemRef<M> {
         if me == Some(self.addr.pid()) {
             return Err(CallError::CallingSelf);
         }
-        let (from, mut rx) = From::new_pair(me);
+        let (from, rx) = From::new_pair(me);
         if self.addr.try_send(Request::Call(request, from)).is_err() {
             return Err(CallError::NoProc);
         }
-        let got = match deadline {
-            Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        };
-        match got {
-            Ok(r) => Ok(r),
-            Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
-            Err(RecvTimeoutError::Disconnected) => {
-                let mut exit = self.exit.clone();
-                loop {
-                    if let Some(r) = exit.get() {
-                        return Err(CallError::Down(r));
-                    }
-                    let res = match deadline {
-                        Some(d) => exit.changed_deadline(d).map_err(|_| ()),
-                        None => exit.changed().map_err(|_| ()),
-                    };
-                    if res.is_err() {
-                        return Err(CallError::Timeout);
-                    }
-                }
-            }
-        }
+        await_reply(rx, deadline, &self.exit)
     }
 
     /// Sends a cast (always succeeds).
@@ -542,12 +509,7 @@ impl<M: GenStatem> StatemRef<M> {
             return false;
         }
         let _ = rx.recv();
-        let mut exit = self.exit.clone();
-        while exit.get().is_none() {
-            if exit.changed().is_err() {
-                break;
-            }
-        }
+        await_exit(&self.exit);
         true
     }
 
