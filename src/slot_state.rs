@@ -364,13 +364,13 @@ impl Slab {
 fn zeroed_slots(len: usize) -> Box<[Slot]> {
     use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
     let layout = Layout::array::<Slot>(len).expect("slab size overflows");
-    // SAFETY: every field of `Slot` is valid as all-zero bytes: atomics (FREE, generation 0,
-    // link 0, no cancel, pinned 0 which is overwritten before use), `ActorCell`, whose
-    // doc states that all-zero is its empty value, and the proc lock (an unlocked flag, rank
-    // `Process` = 0, exited generation 0 and `Option<Box<_>>::None`, which is a null
-    // pointer). The allocation has the layout of
-    // `[Slot; len]`. Large allocations come from fresh mmap'd pages, so building a runtime
-    // costs no initialisation pass over the slab.
+    // Every field of `Slot` is valid as all-zero bytes: atomics (FREE, generation 0, link 0,
+    // no cancel, pinned 0 which is overwritten before use), `ActorCell`, whose doc states that
+    // all-zero is its empty value, and the proc lock (an unlocked flag, rank `Process` = 0,
+    // exited generation 0 and `Option<Box<_>>::None`, guaranteed to be a null pointer).
+    // Large allocations come from fresh mmap'd pages: no initialisation pass over the slab.
+    // SAFETY: all-zero bytes are a valid `[Slot; len]` (above), and the allocation has
+    // exactly that layout, so a boxed slice may own it.
     unsafe {
         let p = alloc_zeroed(layout) as *mut Slot;
         if p.is_null() {
