@@ -83,6 +83,8 @@ pub mod supervisor;
 pub mod sync;
 #[cfg(not(loom))]
 pub mod timer;
+#[cfg(not(loom))]
+mod zeroed;
 
 #[cfg(not(loom))]
 pub use api::*;

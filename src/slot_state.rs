@@ -137,7 +137,7 @@ pub(crate) enum Wake {
 const NIL: u32 = u32::MAX;
 
 pub(crate) struct Slab {
-    slots: Box<[Slot]>,
+    slots: crate::zeroed::Zeroed<Slot>,
     /// Treiber stack of freed slots (LIFO: a recently freed slot's control block is warm).
     free_head: AtomicU64,
     /// Slots `[0, fresh)` have been handed out at least once; `fresh` only grows (it may
@@ -361,22 +361,21 @@ impl Slab {
     }
 }
 
-fn zeroed_slots(len: usize) -> Box<[Slot]> {
-    use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
-    let layout = Layout::array::<Slot>(len).expect("slab size overflows");
+fn zeroed_slots(len: usize) -> crate::zeroed::Zeroed<Slot> {
     // Every field of `Slot` is valid as all-zero bytes: atomics (FREE, generation 0, link 0,
     // no cancel, pinned 0 which is overwritten before use), `ActorCell`, whose doc states that
     // all-zero is its empty value, and the proc lock (an unlocked flag, rank `Process` = 0,
     // exited generation 0 and `Option<Box<_>>::None`, guaranteed to be a null pointer).
-    // Large allocations come from fresh mmap'd pages: no initialisation pass over the slab.
-    // SAFETY: all-zero bytes are a valid `[Slot; len]` (above), and the allocation has
-    // exactly that layout, so a boxed slice may own it.
-    unsafe {
-        let p = alloc_zeroed(layout) as *mut Slot;
-        if p.is_null() {
-            handle_alloc_error(layout);
-        }
-        Box::from_raw(core::ptr::slice_from_raw_parts_mut(p, len))
+    // SAFETY: all-zero bytes are a valid `Slot` (above).
+    unsafe { crate::zeroed::Zeroed::new(len) }
+}
+
+impl Drop for Slab {
+    fn drop(&mut self) {
+        let used = self.high_water();
+        // SAFETY: slots past the high-water mark were never handed out, so they are still
+        // all-zero (their drop is a no-op); nothing uses the slab after this.
+        unsafe { self.slots.drop_prefix(used) };
     }
 }
 
