@@ -130,6 +130,15 @@ where
         }
     }))
     .unwrap_or_else(|p| Err(reason_from_payload(p))); // the closure's Drop panicked
+                                                      // A stop request (kill, exit signal, shutdown) decides the exit reason even if the actor
+                                                      // swallowed its unwind with `catch_unwind` and then returned: a kill cannot be undone.
+    let outcome = match crate::runtime::worker::current_cancel_reason() {
+        Some(stop) if outcome.as_ref().err() != Some(&stop) => {
+            drop(outcome);
+            Err(stop)
+        }
+        _ => outcome,
+    };
     let reason = match &outcome {
         Ok(_) => DownReason::Normal,
         Err(r) => r.clone(),

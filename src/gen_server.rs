@@ -277,11 +277,12 @@ pub fn start_opts<S: GenServer>(server: S, opts: StartOpts) -> Result<ServerRef<
     let (exit_tx, exit_rx) = watch(None::<DownReason>);
     let (ready_tx, ready_rx) = oneshot::<Result<(), StartError>>();
     let name = opts.name.clone();
-    let addr = crate::try_spawn_actor(move |mb: Mailbox<Request<S>>| serve(server, mb, name, exit_tx, ready_tx))
-        .map_err(|e| StartError::Spawn(e.to_string()))?;
-    if opts.link {
-        let _ = crate::link(addr.pid());
-    }
+    let parent = if opts.link { crate::try_current_pid() } else { None };
+    let addr = crate::spawn_actor_opts(
+        move |mb: Mailbox<Request<S>>| serve(server, mb, name, parent, exit_tx, ready_tx),
+        parent,
+    )
+    .map_err(|e| StartError::Spawn(e.to_string()))?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(ServerRef { addr, exit: exit_rx }),
         Ok(Err(e)) => Err(e),
@@ -352,20 +353,33 @@ impl Drop for ExitCell {
     }
 }
 
+/// Ends a behaviour actor with `reason`: sets its exit cell (before the mailbox and any
+/// pending request drop), then returns for `Normal` or unwinds with the reason, so monitors and
+/// links see the real reason.
+pub(crate) fn exit_with(mut cell: ExitCell, reason: DownReason) {
+    cell.reason = Some(reason.clone());
+    drop(cell);
+    match reason {
+        DownReason::Normal => {}
+        DownReason::Panic(msg) => resume_unwind(Box::new(msg)),
+        other => resume_unwind(Box::new(crate::process::Cancelled(other))),
+    }
+}
+
 fn serve<S: GenServer>(
     mut server: S,
     mb: Mailbox<Request<S>>,
     name: Option<String>,
+    parent: Option<Pid>,
     exit_tx: WatchSender<Option<DownReason>>,
     ready: OneshotSender<Result<(), StartError>>,
-) -> Result<(), DownReason> {
+) {
     crate::process::set_ext(std::sync::Arc::new(exit_tx.subscribe()));
-    let mut cell = ExitCell { tx: exit_tx, reason: None };
+    let cell = ExitCell { tx: exit_tx, reason: None };
     if let Some(n) = &name {
         if let Err(crate::RegisterError::NameTaken(p)) = crate::register(n.clone(), crate::current_pid()) {
-            cell.reason = Some(DownReason::Normal);
             let _ = ready.send(Err(StartError::AlreadyStarted(p)));
-            return Ok(());
+            return exit_with(cell, DownReason::Normal);
         }
     }
     // On an init failure the name is released before `start` learns of it.
@@ -374,60 +388,42 @@ fn serve<S: GenServer>(
             crate::unregister(n);
         }
     };
-    match catch_unwind(AssertUnwindSafe(|| server.init())) {
-        Ok(InitResult::Ok) => {
-            let _ = ready.send(Ok(()));
-        }
-        Ok(InitResult::Stop(r)) => {
-            cell.reason = Some(r.clone());
-            // The name is released by process exit before `start` can observe the failure:
-            // unregister now so the caller may reuse it at once.
-            release_name();
-            let _ = ready.send(Err(StartError::Init(r.clone())));
-            return Err(r);
-        }
-        Ok(InitResult::Ignore) => {
-            cell.reason = Some(DownReason::Normal);
-            release_name();
-            let _ = ready.send(Err(StartError::Ignore));
-            return Ok(());
-        }
+    let failed = match catch_unwind(AssertUnwindSafe(|| server.init())) {
+        Ok(InitResult::Ok) => None,
+        Ok(InitResult::Stop(r)) => Some((StartError::Init(r.clone()), r)),
+        Ok(InitResult::Ignore) => Some((StartError::Ignore, DownReason::Normal)),
         Err(p) => {
             let r = reason_from_payload(p);
-            cell.reason = Some(r.clone());
-            release_name();
-            let _ = ready.send(Err(StartError::Init(r.clone())));
-            return Err(r);
+            Some((StartError::Init(r.clone()), r))
         }
+    };
+    if let Some((err, reason)) = failed {
+        release_name();
+        // The starter learns of the failure from `start_link`'s return value. A trapping
+        // starter also gets the exit signal (as in OTP); a non-trapping one is not killed by
+        // it: the link is dropped before exiting.
+        if let Some(p) = parent.filter(|p| !crate::process::traps_exits(*p)) {
+            crate::unlink(p);
+        }
+        let _ = ready.send(Err(err));
+        return exit_with(cell, reason);
     }
-    let outcome = catch_unwind(AssertUnwindSafe(|| run_loop(&mut server, &mb)));
-    match outcome {
-        Ok(reason) => {
-            cell.reason = Some(reason.clone());
-            if reason == DownReason::Normal {
-                Ok(())
-            } else {
-                Err(reason)
-            }
-        }
+    let _ = ready.send(Ok(()));
+    let reason = match catch_unwind(AssertUnwindSafe(|| run_loop(&mut server, &mb, parent))) {
+        Ok(reason) => reason,
         Err(payload) => {
             let reason = reason_from_payload(payload);
-            cell.reason = Some(reason.clone());
-            // A callback panic runs terminate; a kill does not.
+            // A callback panic runs terminate; a kill (or other stop request) does not.
             if matches!(reason, DownReason::Panic(_)) {
                 let _ = catch_unwind(AssertUnwindSafe(|| server.terminate(&reason)));
             }
-            drop(cell);
-            // Die with the same reason (re-raise a kill/exit as itself).
-            match reason {
-                DownReason::Panic(msg) => resume_unwind(Box::new(msg)),
-                other => resume_unwind(Box::new(crate::process::Cancelled(other))),
-            }
+            reason
         }
-    }
+    };
+    exit_with(cell, reason);
 }
 
-fn run_loop<S: GenServer>(server: &mut S, mb: &Mailbox<Request<S>>) -> DownReason {
+fn run_loop<S: GenServer>(server: &mut S, mb: &Mailbox<Request<S>>, parent: Option<Pid>) -> DownReason {
     loop {
         let flow = match mb.recv() {
             Envelope::Msg(Request::Call(req, from)) => match server.handle_call(req, &from) {
@@ -453,8 +449,10 @@ fn run_loop<S: GenServer>(server: &mut S, mb: &Mailbox<Request<S>>) -> DownReaso
             }
             Envelope::Down(d) => server.handle_info(Info::Down(d)),
             Envelope::Exit(x) => {
-                // A trapping server asked to shut down by its parent terminates.
-                if x.reason == DownReason::Shutdown {
+                // A trapping server whose parent (the `start_link` caller, e.g. its
+                // supervisor) exits or asks it to stop terminates with that reason; exit
+                // signals from anyone else are info.
+                if Some(x.from) == parent {
                     server.terminate(&x.reason);
                     return x.reason;
                 }

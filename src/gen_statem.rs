@@ -44,11 +44,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use crate::channel::{oneshot, watch, OneshotSender, WatchReceiver, WatchSender};
-use crate::gen_server::{await_exit, await_reply, CallError, ExitCell, From, Info, StartError};
+use crate::gen_server::{await_exit, await_reply, exit_with, CallError, ExitCell, From, Info, StartError};
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, DownReason};
 use crate::slot_state::Pid;
@@ -233,11 +233,12 @@ pub fn start_opts<M: GenStatem>(machine: M, opts: crate::gen_server::StartOpts) 
     let (exit_tx, exit_rx) = watch(None::<DownReason>);
     let (ready_tx, ready_rx) = oneshot::<Result<(), StartError>>();
     let name = opts.name.clone();
-    let addr = crate::try_spawn_actor(move |mb: Mailbox<Request<M>>| run(machine, mb, name, exit_tx, ready_tx))
-        .map_err(|e| StartError::Spawn(e.to_string()))?;
-    if opts.link {
-        let _ = crate::link(addr.pid());
-    }
+    let parent = if opts.link { crate::try_current_pid() } else { None };
+    let addr = crate::spawn_actor_opts(
+        move |mb: Mailbox<Request<M>>| run(machine, mb, name, parent, exit_tx, ready_tx),
+        parent,
+    )
+    .map_err(|e| StartError::Spawn(e.to_string()))?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(StatemRef { addr, exit: exit_rx }),
         Ok(Err(e)) => Err(e),
@@ -249,27 +250,32 @@ fn run<M: GenStatem>(
     mut machine: M,
     mb: Mailbox<Request<M>>,
     name: Option<String>,
+    parent: Option<Pid>,
     exit_tx: WatchSender<Option<DownReason>>,
     ready: OneshotSender<Result<(), StartError>>,
-) -> Result<(), DownReason> {
-    let mut cell = ExitCell { tx: exit_tx, reason: None };
+) {
+    let cell = ExitCell { tx: exit_tx, reason: None };
     if let Some(n) = &name {
         if let Err(crate::RegisterError::NameTaken(p)) = crate::register(n.clone(), crate::current_pid()) {
-            cell.reason = Some(DownReason::Normal);
             let _ = ready.send(Err(StartError::AlreadyStarted(p)));
-            return Ok(());
+            return exit_with(cell, DownReason::Normal);
         }
     }
     let init = catch_unwind(AssertUnwindSafe(|| machine.init())).unwrap_or_else(|p| Err(reason_from_payload(p)));
     let state = match init {
         Ok(s) => s,
         Err(r) => {
-            cell.reason = Some(r.clone());
             if let Some(n) = &name {
                 crate::unregister(n);
             }
+            // The starter learns of the failure from `start_link`'s return value. A trapping
+            // starter also gets the exit signal (as in OTP); a non-trapping one is not killed by
+            // it: the link is dropped before exiting.
+            if let Some(p) = parent.filter(|p| !crate::process::traps_exits(*p)) {
+                crate::unlink(p);
+            }
             let _ = ready.send(Err(StartError::Init(r.clone())));
-            return Err(r);
+            return exit_with(cell, r);
         }
     };
     let _ = ready.send(Ok(()));
@@ -280,29 +286,19 @@ fn run<M: GenStatem>(
         event_deadline: None,
         state_deadline: None,
         named: HashMap::new(),
+        parent,
     };
-    match catch_unwind(AssertUnwindSafe(|| engine.run(&mut machine, &mb))) {
-        Ok(reason) => {
-            cell.reason = Some(reason.clone());
-            if reason == DownReason::Normal {
-                Ok(())
-            } else {
-                Err(reason)
-            }
-        }
+    let reason = match catch_unwind(AssertUnwindSafe(|| engine.run(&mut machine, &mb))) {
+        Ok(reason) => reason,
         Err(payload) => {
             let reason = reason_from_payload(payload);
-            cell.reason = Some(reason.clone());
             if matches!(reason, DownReason::Panic(_)) {
                 let _ = catch_unwind(AssertUnwindSafe(|| machine.terminate(&reason, &engine.state)));
             }
-            drop(cell);
-            match reason {
-                DownReason::Panic(msg) => resume_unwind(Box::new(msg)),
-                other => resume_unwind(Box::new(crate::process::Cancelled(other))),
-            }
+            reason
         }
-    }
+    };
+    exit_with(cell, reason);
 }
 
 struct Engine<M: GenStatem> {
@@ -312,11 +308,15 @@ struct Engine<M: GenStatem> {
     event_deadline: Option<Instant>,
     state_deadline: Option<Instant>,
     named: HashMap<String, Instant>,
+    /// The `start_link` caller: its exit signals stop a trapping machine.
+    parent: Option<Pid>,
 }
 
 enum Got<M: GenStatem> {
     Event(Event<M>),
     Stop(DownReason, OneshotSender<()>),
+    /// The parent exited or asked the machine to stop.
+    ParentExit(DownReason),
     /// A wait ended without an event (spurious): look again.
     Nothing,
 }
@@ -337,6 +337,10 @@ impl<M: GenStatem> Engine<M> {
                 Got::Stop(reason, ack) => {
                     m.terminate(&reason, &self.state);
                     let _ = ack.send(());
+                    return reason;
+                }
+                Got::ParentExit(reason) => {
+                    m.terminate(&reason, &self.state);
                     return reason;
                 }
                 Got::Nothing => continue,
@@ -442,6 +446,8 @@ impl<M: GenStatem> Engine<M> {
                 Envelope::Msg(Request::Info(i)) => Event::Info(Info::Msg(i)),
                 Envelope::Msg(Request::Stop(reason, ack)) => return Got::Stop(reason, ack),
                 Envelope::Down(d) => Event::Info(Info::Down(d)),
+                // The parent's exit signal stops a trapping machine (as in gen_server).
+                Envelope::Exit(x) if Some(x.from) == self.parent => return Got::ParentExit(x.reason),
                 Envelope::Exit(x) => Event::Info(Info::Exit(x)),
             });
         }

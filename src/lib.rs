@@ -219,15 +219,29 @@ mod api {
         F: FnOnce(Mailbox<M>) -> T + Send + 'static,
         T: Send + 'static,
     {
+        spawn_actor_opts(f, None)
+    }
+
+    /// `try_spawn_actor`, optionally linked to `link_to` (the caller) before the child runs.
+    pub(crate) fn spawn_actor_opts<M, F, T>(f: F, link_to: Option<Pid>) -> Result<Addr<M>, SpawnError>
+    where
+        M: Send + 'static,
+        F: FnOnce(Mailbox<M>) -> T + Send + 'static,
+        T: Send + 'static,
+    {
         let shared = current_shared_ptr()?;
         let mut addr = None;
         // SAFETY: see `current_shared_ptr`.
-        let h = unsafe { &*shared }.spawn_with(false, |sh, pid| {
+        let sh = unsafe { &*shared };
+        let h = sh.spawn_with(false, |sh, pid| {
             let (mb, sink) = crate::mailbox::new_mailbox::<M>(pid);
             addr = Some(mb.addr());
-            crate::process::setup_child(sh, pid, Some(sink), None);
+            crate::process::setup_child(sh, pid, Some(sink), link_to);
             move || f(mb)
         })?;
+        if let Some(parent) = link_to {
+            crate::process::add_link(sh, parent, h.pid());
+        }
         drop(h);
         maybe_preempt();
         Ok(addr.expect("make ran"))

@@ -421,6 +421,17 @@ pub fn exit(pid: Pid, reason: DownReason) {
         kill(pid);
         return;
     }
+    if pid == me {
+        // An exit signal to oneself: a trapping actor gets it as a message; otherwise it ends
+        // the caller at once with the reason, `Normal` included (as `exit(self(), normal)`).
+        let trapping =
+            proc_lock(sh, me).is_some_and(|l| l.lock().existing(me.generation()).is_some_and(|s| s.trap_exit));
+        if trapping {
+            own_sink(sh, me).push_signal(Signal::Exit(Exit { from: me, reason }));
+            return;
+        }
+        std::panic::resume_unwind(Box::new(Cancelled(reason)));
+    }
     send_exit_signal(sh, me, pid, reason);
 }
 
@@ -503,6 +514,10 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
             let groups = std::mem::take(&mut st.groups);
             sh.pg.lock().remove_member(pid, &groups);
         }
+        // Timers aimed at the actor go before anyone learns it is gone (a `cancel_timer` after
+        // the Down must report the timer as not pending). Timers rank above Process. Their
+        // actions (messages with user Drop code) are dropped after the locks are released.
+        let cancelled: Vec<_> = st.timers.drain(..).filter_map(|key| sh.timers.take(key)).collect();
         for m in st.monitors.drain(..) {
             m.sink.push_signal(Signal::Down(Down {
                 monitor: MonitorRef { id: m.id, target: pid },
@@ -512,12 +527,10 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
         }
         st.sink = None;
         st.ext = None;
-        (name, std::mem::take(&mut st.links), std::mem::take(&mut st.timers))
+        (name, std::mem::take(&mut st.links), cancelled)
     };
     drop(name);
-    for key in timers {
-        sh.timers.cancel(key);
-    }
+    drop(timers);
     // Links: `Killed` propagates as `Killed` (trappable for the receivers).
     for l in links {
         if let Some(lock) = proc_lock(sh, l) {
@@ -548,6 +561,12 @@ pub(crate) fn sink_any(sh: &Shared, pid: Pid) -> Option<Arc<dyn Any + Send + Syn
         return None;
     }
     slot.existing(pid.generation()).and_then(|s| s.sink.clone()).map(|s| s.as_any())
+}
+
+/// True if `pid` is alive and traps exits.
+pub(crate) fn traps_exits(pid: Pid) -> bool {
+    let (sh, _) = me("traps_exits");
+    proc_lock(sh, pid).is_some_and(|l| l.lock().existing(pid.generation()).is_some_and(|s| s.trap_exit))
 }
 
 /// Attaches behaviour data to the calling actor (found by pid with [`ext_of`]).

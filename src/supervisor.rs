@@ -392,10 +392,47 @@ impl Sup {
         }
     }
 
-    /// Stops every child in reverse start order.
+    /// Stops every child in reverse start order; the dynamic children of a
+    /// `SimpleOneForOne` supervisor in parallel (all signalled, then all awaited).
     fn stop_all(&mut self) {
-        for i in (0..self.children.len()).rev() {
-            self.stop_child(i);
+        if self.flags.strategy != Strategy::SimpleOneForOne {
+            for i in (0..self.children.len()).rev() {
+                self.stop_child(i);
+            }
+            return;
+        }
+        let Some(spec) = self.children.first().map(|c| c.spec.clone()) else { return };
+        let pids: Vec<Pid> = self.children.iter_mut().filter_map(|c| c.pid.take()).collect();
+        for &pid in &pids {
+            match spec.shutdown {
+                Shutdown::BrutalKill => crate::kill(pid),
+                _ => crate::exit(pid, DownReason::Shutdown),
+            }
+        }
+        let deadline = match spec.shutdown {
+            Shutdown::Timeout(d) => Some(Instant::now() + d),
+            _ => None,
+        };
+        let mut left: Vec<Pid> = pids;
+        while !left.is_empty() {
+            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let got = self.mb.recv_match(timeout, |e| matches!(e, Envelope::Exit(x) if left.contains(&x.from)));
+            match got {
+                Some(Envelope::Exit(x)) => left.retain(|p| *p != x.from),
+                _ => {
+                    // Timed out: kill the rest and wait for them.
+                    for &pid in &left {
+                        crate::kill(pid);
+                    }
+                    while !left.is_empty() {
+                        if let Some(Envelope::Exit(x)) =
+                            self.mb.recv_match(None, |e| matches!(e, Envelope::Exit(x) if left.contains(&x.from)))
+                        {
+                            left.retain(|p| *p != x.from);
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -236,6 +236,12 @@ impl Timers {
         (key, earliest)
     }
 
+    /// Removes a deadline if it has not fired and hands back its action (to be dropped by
+    /// the caller, outside any lock it holds).
+    pub(crate) fn take(&self, key: TimerKey) -> Option<Action> {
+        self.wheel.lock().cancel(key)
+    }
+
     /// Removes a deadline if it has not fired; returns whether it was still pending.
     pub(crate) fn cancel(&self, key: TimerKey) -> bool {
         let removed = self.wheel.lock().cancel(key);

@@ -472,6 +472,17 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
     slot
 }
 
+/// The reason the running actor has been asked to stop, if any (None off an actor).
+pub(crate) fn current_cancel_reason() -> Option<DownReason> {
+    let w = current_worker();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: this thread's live worker.
+    let slot = unsafe { &*w }.current_slot()?;
+    cancel_reason(slot)
+}
+
 /// Unwinds the running actor if it has been asked to stop, unless it is already unwinding.
 #[inline(always)]
 fn check_cancelled(slot: &Slot) {

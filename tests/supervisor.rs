@@ -1,0 +1,816 @@
+//! Supervisors (SEMANTICS.md, "Supervisor").
+//!
+//! Statement -> tests:
+//!
+//! - children start in order; `start_link` returns after the last child's init:
+//!   children_start_in_order_and_start_link_returns_after_the_last_init
+//! - a child that fails to start: the started ones are shut down, the supervisor fails
+//!   with the reason:
+//!   failed_child_start_stops_the_started_children_in_reverse_and_fails_the_supervisor,
+//!   failed_gen_server_child_init_fails_the_supervisor
+//! - `OneForOne`:
+//!   one_for_one_restarts_only_the_failed_child
+//! - `OneForAll`:
+//!   one_for_all_stops_the_others_in_reverse_order_and_restarts_all_in_start_order
+//! - `RestForOne`:
+//!   rest_for_one_restarts_the_failed_child_and_those_started_after_it
+//! - `SimpleOneForOne` (dynamic children of one spec):
+//!   simple_one_for_one_starts_dynamic_children_of_its_one_spec,
+//!   simple_one_for_one_restarts_only_the_failed_instance,
+//!   start_child_needs_a_simple_one_for_one_supervisor
+//! - restarted children get new pids; names are the stable handles:
+//!   restarted_child_gets_a_new_pid_and_keeps_its_registered_name
+//! - `Permanent` (always):
+//!   permanent_child_is_restarted_after_any_exit
+//! - `Transient` (only after an abnormal exit, not `Normal` or `Shutdown`):
+//!   transient_child_is_not_restarted_after_a_normal_exit,
+//!   transient_child_is_not_restarted_after_a_shutdown_exit,
+//!   transient_child_is_restarted_after_an_abnormal_exit,
+//!   transient_gen_server_child_stopping_with_a_custom_reason_is_restarted (gap)
+//! - `Temporary` (never):
+//!   temporary_child_is_never_restarted_and_is_forgotten
+//! - more than `intensity` restarts within `period` shuts the supervisor down (children
+//!   first, then itself with `Shutdown`):
+//!   exceeding_the_restart_intensity_stops_the_children_then_the_supervisor_with_shutdown,
+//!   restarts_up_to_the_intensity_are_allowed,
+//!   restarts_older_than_the_period_do_not_count
+//! - defaults 3 per 5 s:
+//!   default_intensity_is_three_restarts_in_five_seconds
+//! - shutdown spec `BrutalKill`:
+//!   brutal_kill_child_is_killed_even_when_trapping_exits
+//! - `Timeout(d)` (send `Shutdown`, wait, then kill):
+//!   timeout_child_that_exits_on_shutdown_ends_with_shutdown,
+//!   timeout_child_that_ignores_shutdown_is_killed_after_the_timeout
+//! - `Infinity`:
+//!   infinity_child_is_waited_for_however_long_it_takes
+//! - children stop one at a time in reverse start order:
+//!   children_stop_one_at_a_time_in_reverse_start_order,
+//!   nested_supervisor_stops_its_own_tree_first
+//! - dynamic children in parallel:
+//!   dynamic_children_stop_in_parallel (gap)
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use smarm::channel::{channel, watch, Receiver, Sender};
+use smarm::gen_server::{self, CallResult, Flow, From, GenServer, InitResult};
+use smarm::supervisor::{self, ChildSpec, Restart, Shutdown, Strategy, SupFlags, SupStartError, SupervisorRef};
+use smarm::{DownReason, Exit, JoinHandle, Pid, Runtime, Signal};
+
+const GUARD: Duration = Duration::from_secs(10);
+const MS: Duration = Duration::from_millis(1);
+
+fn custom(s: &str) -> DownReason {
+    DownReason::Custom(s.to_string())
+}
+
+fn run<T: Send + 'static>(root: impl FnOnce() -> T + Send + 'static) -> T {
+    let rt = Runtime::builder().threads(2).quiet_panics(true).build().unwrap();
+    rt.run(root).unwrap_or_else(|e| panic!("{e}"))
+}
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn push(log: &Log, s: impl Into<String>) {
+    log.lock().unwrap().push(s.into());
+}
+
+fn entries(log: &Log) -> Vec<String> {
+    log.lock().unwrap().clone()
+}
+
+/// The log entries after the first occurrence of `mark` (inclusive).
+fn from_mark(log: &Log, mark: &str) -> Vec<String> {
+    let e = entries(log);
+    let i = e.iter().rposition(|x| x == mark).unwrap_or_else(|| panic!("no {mark:?} in {e:?}"));
+    e[i..].to_vec()
+}
+
+fn next_signal() -> Signal {
+    smarm::recv_signal_timeout(GUARD).expect("no signal within the guard time")
+}
+
+fn next_down() -> smarm::Down {
+    match next_signal() {
+        Signal::Down(d) => d,
+        other => panic!("expected a Down, got {other:?}"),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Child harness
+// ------------------------------------------------------------------------------------------
+
+/// What a test tells a (non-trapping) child to do.
+enum Cmd {
+    Return,
+    Panic,
+    /// Exit with this reason (an exit signal to itself).
+    Exit(DownReason),
+}
+
+/// How a child reacts to the supervisor's `Shutdown` exit signal.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Does not trap exits: dies with the signal. Takes commands.
+    Plain,
+    /// Traps exits and ignores them.
+    Ignore,
+    /// Traps exits; on `Shutdown` logs `got:id`, works for the duration, logs `done:id`,
+    /// and returns.
+    Slow(Duration),
+}
+
+/// One started child instance, reported by its start function.
+struct Started {
+    id: String,
+    pid: Pid,
+    cmd: Sender<Cmd>,
+    handle: JoinHandle<()>,
+}
+
+impl Started {
+    /// Makes the child end as told and waits until its exit (signals included) is done.
+    fn end(self, how: Cmd) -> Result<(), DownReason> {
+        self.cmd.send(how).unwrap();
+        self.handle.join()
+    }
+}
+
+/// Logs `down:id` when the child's body ends (returns or unwinds).
+struct DownGuard(Log, String);
+impl Drop for DownGuard {
+    fn drop(&mut self) {
+        push(&self.0, format!("down:{}", self.1));
+    }
+}
+
+#[derive(Clone)]
+struct Harness {
+    log: Log,
+    started: Sender<Started>,
+}
+
+fn harness() -> (Harness, Receiver<Started>) {
+    let (tx, rx) = channel();
+    (Harness { log: Arc::new(Mutex::new(Vec::new())), started: tx }, rx)
+}
+
+fn child_body(id: String, log: Log, kind: Kind, cmds: Receiver<Cmd>) {
+    let _guard = DownGuard(log.clone(), id.clone());
+    match kind {
+        Kind::Plain => loop {
+            match cmds.recv() {
+                Ok(Cmd::Return) => return,
+                Ok(Cmd::Panic) => panic!("child {id} crashed"),
+                Ok(Cmd::Exit(r)) => {
+                    smarm::exit(smarm::current_pid(), r);
+                    smarm::yield_now();
+                }
+                Err(_) => loop {
+                    smarm::sleep(Duration::from_secs(3600));
+                },
+            }
+        },
+        Kind::Ignore => loop {
+            if let Signal::Exit(x) = smarm::recv_signal() {
+                push(&log, format!("got:{id}:{:?}", x.reason));
+            }
+        },
+        Kind::Slow(d) => loop {
+            if let Signal::Exit(Exit { reason: DownReason::Shutdown, .. }) = smarm::recv_signal() {
+                push(&log, format!("got:{id}"));
+                smarm::sleep(d);
+                push(&log, format!("done:{id}"));
+                return;
+            }
+        },
+    }
+}
+
+impl Harness {
+    /// A worker spec whose start function spawns a linked child of `kind`, logs
+    /// `start:id`, and reports the instance.
+    fn spec(&self, id: &str, kind: Kind) -> ChildSpec {
+        let h = self.clone();
+        let id2 = id.to_string();
+        ChildSpec::worker(id, move || Ok(h.start_instance(&id2, kind)))
+    }
+
+    fn start_instance(&self, id: &str, kind: Kind) -> Pid {
+        let (cmd_tx, cmd_rx) = channel();
+        let log = self.log.clone();
+        let id = id.to_string();
+        push(&self.log, format!("start:{id}"));
+        let id2 = id.clone();
+        let trapping = !matches!(kind, Kind::Plain);
+        let (ready_tx, ready_rx) = smarm::channel::oneshot::<()>();
+        let handle = smarm::spawn_link(move || {
+            if trapping {
+                smarm::trap_exit(true);
+            }
+            ready_tx.send(()).unwrap();
+            child_body(id2, log, kind, cmd_rx)
+        });
+        // Trapping children are ready for the supervisor's signals before it goes on.
+        ready_rx.recv().unwrap();
+        let pid = handle.pid();
+        let _ = self.started.send(Started { id, pid, cmd: cmd_tx, handle });
+        pid
+    }
+}
+
+fn next_started(rx: &Receiver<Started>) -> Started {
+    rx.recv_timeout(GUARD).expect("no child (re)started within the guard time")
+}
+
+/// Asserts that no child was (re)started: call after a round trip to the supervisor that
+/// follows the exit in its mailbox.
+fn assert_none_started(rx: &Receiver<Started>) {
+    if let Ok(s) = rx.try_recv() {
+        panic!("child {} was (re)started", s.id);
+    }
+}
+
+fn flags(strategy: Strategy) -> SupFlags {
+    SupFlags { intensity: 10, ..SupFlags::new(strategy) }
+}
+
+fn ids(sup: &SupervisorRef) -> Vec<String> {
+    sup.which_children().into_iter().map(|(id, _)| id).collect()
+}
+
+// ------------------------------------------------------------------------------------------
+// Start
+// ------------------------------------------------------------------------------------------
+
+/// A gen_server child that logs its init and terminate.
+struct Worker {
+    id: &'static str,
+    log: Log,
+    slow_init: Duration,
+    fail_init: bool,
+    stop_with: Option<DownReason>,
+}
+
+impl GenServer for Worker {
+    type Call = ();
+    type Reply = ();
+    type Cast = ();
+    type Info = ();
+    fn init(&mut self) -> InitResult {
+        smarm::trap_exit(true);
+        smarm::sleep(self.slow_init);
+        if self.fail_init {
+            return InitResult::Stop(custom("init refused"));
+        }
+        push(&self.log, format!("init:{}", self.id));
+        InitResult::Ok
+    }
+    fn handle_call(&mut self, _: (), _: &From<()>) -> CallResult<()> {
+        CallResult::Reply(())
+    }
+    fn handle_cast(&mut self, _: ()) -> Flow {
+        match self.stop_with.take() {
+            Some(r) => Flow::Stop(r),
+            None => Flow::Continue,
+        }
+    }
+    fn terminate(&mut self, reason: &DownReason) {
+        push(&self.log, format!("terminate:{}:{reason:?}", self.id));
+    }
+}
+
+fn worker_spec(log: &Log, id: &'static str, slow_init: Duration, fail_init: bool) -> ChildSpec {
+    let log = log.clone();
+    ChildSpec::worker(id, move || {
+        let w = Worker { id, log: log.clone(), slow_init, fail_init, stop_with: None };
+        gen_server::start_link(w).map(|s| s.pid()).map_err(|e| match e {
+            gen_server::StartError::Init(r) => r,
+            other => custom(&other.to_string()),
+        })
+    })
+}
+
+#[test]
+fn children_start_in_order_and_start_link_returns_after_the_last_init() {
+    run(|| {
+        let log: Log = Arc::new(Mutex::new(Vec::new()));
+        let specs = vec![
+            worker_spec(&log, "a", 10 * MS, false),
+            worker_spec(&log, "b", MS, false),
+            worker_spec(&log, "c", 20 * MS, false),
+        ];
+        let sup = supervisor::start_link(SupFlags::new(Strategy::OneForOne), specs).unwrap();
+        assert_eq!(entries(&log), ["init:a", "init:b", "init:c"]);
+        assert_eq!(ids(&sup), ["a", "b", "c"]);
+    });
+}
+
+#[test]
+fn failed_child_start_stops_the_started_children_in_reverse_and_fails_the_supervisor() {
+    run(|| {
+        let log: Log = Arc::new(Mutex::new(Vec::new()));
+        let specs = vec![
+            worker_spec(&log, "a", MS, false),
+            worker_spec(&log, "b", MS, false),
+            ChildSpec::worker("c", || Err(custom("cannot start"))),
+            worker_spec(&log, "d", MS, false),
+        ];
+        let r = supervisor::start_link(SupFlags::new(Strategy::OneForOne), specs);
+        assert_eq!(r.err(), Some(SupStartError::Child { id: "c".into(), reason: custom("cannot start") }));
+        // a and b were shut down (trapping: terminate ran) in reverse order; d never started.
+        assert_eq!(entries(&log), ["init:a", "init:b", "terminate:b:Shutdown", "terminate:a:Shutdown"]);
+    });
+}
+
+#[test]
+fn failed_gen_server_child_init_fails_the_supervisor() {
+    run(|| {
+        let log: Log = Arc::new(Mutex::new(Vec::new()));
+        let specs = vec![worker_spec(&log, "a", MS, false), worker_spec(&log, "b", MS, true)];
+        let r = supervisor::start_link(SupFlags::new(Strategy::OneForAll), specs);
+        assert_eq!(r.err(), Some(SupStartError::Child { id: "b".into(), reason: custom("init refused") }));
+        assert_eq!(entries(&log), ["init:a", "terminate:a:Shutdown"]);
+    });
+}
+
+// ------------------------------------------------------------------------------------------
+// Strategies
+// ------------------------------------------------------------------------------------------
+
+/// Starts a supervisor over plain children with the given ids; returns it and the
+/// instances in start order.
+fn plain_tree(strategy: Strategy, names: &[&str]) -> (SupervisorRef, Harness, Receiver<Started>, Vec<Started>) {
+    let (h, rx) = harness();
+    let specs = names.iter().map(|n| h.spec(n, Kind::Plain)).collect();
+    let sup = supervisor::start_link(flags(strategy), specs).unwrap();
+    let kids = names.iter().map(|_| next_started(&rx)).collect();
+    (sup, h, rx, kids)
+}
+
+#[test]
+fn one_for_one_restarts_only_the_failed_child() {
+    run(|| {
+        let (sup, h, rx, mut kids) = plain_tree(Strategy::OneForOne, &["a", "b", "c"]);
+        let before = sup.which_children();
+        let b = kids.remove(1);
+        let old = b.pid;
+        assert!(b.end(Cmd::Panic).is_err());
+        let b2 = next_started(&rx);
+        assert_eq!(b2.id, "b");
+        assert_ne!(b2.pid, old);
+        assert_eq!(from_mark(&h.log, "down:b"), ["down:b", "start:b"]);
+        let after = sup.which_children();
+        assert_eq!(after[0], before[0]);
+        assert_eq!(after[1], ("b".to_string(), b2.pid));
+        assert_eq!(after[2], before[2]);
+        assert_none_started(&rx);
+    });
+}
+
+#[test]
+fn one_for_all_stops_the_others_in_reverse_order_and_restarts_all_in_start_order() {
+    run(|| {
+        let (sup, h, rx, mut kids) = plain_tree(Strategy::OneForAll, &["a", "b", "c"]);
+        let old: Vec<Pid> = kids.iter().map(|k| k.pid).collect();
+        let b = kids.remove(1);
+        assert!(b.end(Cmd::Panic).is_err());
+        let new: Vec<Started> = (0..3).map(|_| next_started(&rx)).collect();
+        assert_eq!(new.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+        for (s, o) in new.iter().zip(&old) {
+            assert_ne!(s.pid, *o, "{} kept its pid", s.id);
+        }
+        assert_eq!(from_mark(&h.log, "down:b"), ["down:b", "down:c", "down:a", "start:a", "start:b", "start:c"]);
+        assert_eq!(
+            sup.which_children().into_iter().map(|(_, p)| p).collect::<Vec<_>>(),
+            new.iter().map(|s| s.pid).collect::<Vec<_>>()
+        );
+    });
+}
+
+#[test]
+fn rest_for_one_restarts_the_failed_child_and_those_started_after_it() {
+    run(|| {
+        let (sup, h, rx, mut kids) = plain_tree(Strategy::RestForOne, &["a", "b", "c", "d"]);
+        let a = kids[0].pid;
+        let b = kids.remove(1);
+        assert!(b.end(Cmd::Panic).is_err());
+        let new: Vec<Started> = (0..3).map(|_| next_started(&rx)).collect();
+        assert_eq!(new.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["b", "c", "d"]);
+        assert_eq!(from_mark(&h.log, "down:b"), ["down:b", "down:d", "down:c", "start:b", "start:c", "start:d"]);
+        let now = sup.which_children();
+        assert_eq!(now[0], ("a".to_string(), a), "a child started before the failed one was restarted");
+        assert_none_started(&rx);
+    });
+}
+
+fn simple_tree(n: usize) -> (SupervisorRef, Harness, Receiver<Started>, Vec<Started>) {
+    let (h, rx) = harness();
+    let sup = supervisor::start_link(flags(Strategy::SimpleOneForOne), vec![h.spec("w", Kind::Plain)]).unwrap();
+    // The template is not started.
+    assert_eq!(sup.which_children(), Vec::new());
+    assert_none_started(&rx);
+    let kids = (0..n)
+        .map(|_| {
+            let pid = sup.start_child().unwrap();
+            let s = next_started(&rx);
+            assert_eq!(s.pid, pid);
+            s
+        })
+        .collect();
+    (sup, h, rx, kids)
+}
+
+#[test]
+fn simple_one_for_one_starts_dynamic_children_of_its_one_spec() {
+    run(|| {
+        let (sup, _h, _rx, kids) = simple_tree(3);
+        let pids: Vec<Pid> = kids.iter().map(|k| k.pid).collect();
+        assert_eq!(sup.which_children(), pids.iter().map(|p| ("w".to_string(), *p)).collect::<Vec<_>>());
+        assert!(sup.terminate_child(pids[1]));
+        assert_eq!(sup.which_children(), vec![("w".to_string(), pids[0]), ("w".to_string(), pids[2])]);
+    });
+}
+
+#[test]
+fn simple_one_for_one_restarts_only_the_failed_instance() {
+    run(|| {
+        let (sup, _h, rx, mut kids) = simple_tree(3);
+        let (p0, p2) = (kids[0].pid, kids[2].pid);
+        let k1 = kids.remove(1);
+        let old = k1.pid;
+        assert!(k1.end(Cmd::Panic).is_err());
+        let again = next_started(&rx);
+        assert_ne!(again.pid, old);
+        let now: Vec<Pid> = sup.which_children().into_iter().map(|(_, p)| p).collect();
+        assert!(now.contains(&p0) && now.contains(&p2) && now.contains(&again.pid), "{now:?}");
+        assert_eq!(now.len(), 3);
+        assert_none_started(&rx);
+    });
+}
+
+#[test]
+fn start_child_needs_a_simple_one_for_one_supervisor() {
+    run(|| {
+        let (sup, _h, _rx, _kids) = plain_tree(Strategy::OneForOne, &["a"]);
+        assert!(sup.start_child().is_err());
+    });
+}
+
+#[test]
+fn restarted_child_gets_a_new_pid_and_keeps_its_registered_name() {
+    run(|| {
+        let (h, rx) = harness();
+        let h2 = h.clone();
+        let spec = ChildSpec::worker("named", move || {
+            let pid = h2.start_instance("named", Kind::Plain);
+            smarm::register("stable", pid).map_err(|e| custom(&e.to_string()))?;
+            Ok(pid)
+        });
+        let _sup = supervisor::start_link(flags(Strategy::OneForOne), vec![spec]).unwrap();
+        let first = next_started(&rx);
+        assert_eq!(smarm::whereis("stable"), Some(first.pid));
+        let old = first.pid;
+        assert!(first.end(Cmd::Panic).is_err());
+        let second = next_started(&rx);
+        assert_ne!(second.pid, old);
+        assert_eq!(smarm::whereis("stable"), Some(second.pid));
+    });
+}
+
+// ------------------------------------------------------------------------------------------
+// Restart types
+// ------------------------------------------------------------------------------------------
+
+fn one_child(restart: Restart) -> (SupervisorRef, Receiver<Started>, Started) {
+    let (h, rx) = harness();
+    let spec = h.spec("x", Kind::Plain).restart(restart);
+    let sup = supervisor::start_link(flags(Strategy::OneForOne), vec![spec]).unwrap();
+    let s = next_started(&rx);
+    (sup, rx, s)
+}
+
+#[test]
+fn permanent_child_is_restarted_after_any_exit() {
+    run(|| {
+        let (sup, rx, mut s) = one_child(Restart::Permanent);
+        for how in [
+            Cmd::Return,
+            Cmd::Exit(DownReason::Shutdown),
+            Cmd::Panic,
+            Cmd::Exit(custom("odd")),
+            Cmd::Exit(DownReason::Killed),
+        ] {
+            let old = s.pid;
+            let _ = s.end(how);
+            s = next_started(&rx);
+            assert_ne!(s.pid, old);
+        }
+        assert_eq!(ids(&sup), ["x"]);
+    });
+}
+
+#[test]
+fn transient_child_is_not_restarted_after_a_normal_exit() {
+    run(|| {
+        let (sup, rx, s) = one_child(Restart::Transient);
+        assert_eq!(s.end(Cmd::Return), Ok(()));
+        assert_eq!(sup.which_children(), Vec::new());
+        assert_none_started(&rx);
+    });
+}
+
+#[test]
+fn transient_child_is_not_restarted_after_a_shutdown_exit() {
+    run(|| {
+        let (sup, rx, s) = one_child(Restart::Transient);
+        assert_eq!(s.end(Cmd::Exit(DownReason::Shutdown)), Err(DownReason::Shutdown));
+        assert_eq!(sup.which_children(), Vec::new());
+        assert_none_started(&rx);
+    });
+}
+
+#[test]
+fn transient_child_is_restarted_after_an_abnormal_exit() {
+    run(|| {
+        let (sup, rx, mut s) = one_child(Restart::Transient);
+        for how in [Cmd::Panic, Cmd::Exit(custom("odd")), Cmd::Exit(DownReason::Killed)] {
+            let old = s.pid;
+            assert!(s.end(how).is_err());
+            s = next_started(&rx);
+            assert_ne!(s.pid, old);
+        }
+        assert_eq!(ids(&sup), ["x"]);
+    });
+}
+
+#[test]
+fn transient_gen_server_child_stopping_with_a_custom_reason_is_restarted() {
+    run(|| {
+        let log: Log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = channel::<gen_server::ServerRef<Worker>>();
+        let log2 = log.clone();
+        let spec = ChildSpec::worker("t", move || {
+            let w =
+                Worker { id: "t", log: log2.clone(), slow_init: MS, fail_init: false, stop_with: Some(custom("bad")) };
+            let s = gen_server::start_link(w).map_err(|e| custom(&e.to_string()))?;
+            let pid = s.pid();
+            let _ = tx.send(s);
+            Ok(pid)
+        })
+        .restart(Restart::Transient);
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), vec![spec]).unwrap();
+        let first = rx.recv_timeout(GUARD).unwrap();
+        first.cast(());
+        let second = rx.recv_timeout(GUARD).expect("the transient child was not restarted");
+        assert_ne!(second.pid(), first.pid());
+        assert_eq!(ids(&sup), ["t"]);
+    });
+}
+
+#[test]
+fn temporary_child_is_never_restarted_and_is_forgotten() {
+    run(|| {
+        let (sup, rx, s) = one_child(Restart::Temporary);
+        assert!(s.end(Cmd::Panic).is_err());
+        assert_eq!(sup.which_children(), Vec::new());
+        assert_none_started(&rx);
+    });
+}
+
+// ------------------------------------------------------------------------------------------
+// Intensity
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn default_intensity_is_three_restarts_in_five_seconds() {
+    let f = SupFlags::new(Strategy::OneForOne);
+    assert_eq!((f.intensity, f.period), (3, Duration::from_secs(5)));
+    run(|| {
+        smarm::trap_exit(true);
+        let (h, rx) = harness();
+        let sup = supervisor::start_link(SupFlags::new(Strategy::OneForOne), vec![h.spec("x", Kind::Plain)]).unwrap();
+        let m = smarm::monitor(sup.pid());
+        let mut s = next_started(&rx);
+        for _ in 0..3 {
+            assert!(s.end(Cmd::Panic).is_err());
+            s = next_started(&rx);
+        }
+        assert_eq!(ids(&sup), ["x"], "three restarts are within the default intensity");
+        assert!(s.end(Cmd::Panic).is_err());
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, DownReason::Shutdown));
+    });
+}
+
+#[test]
+fn exceeding_the_restart_intensity_stops_the_children_then_the_supervisor_with_shutdown() {
+    run(|| {
+        smarm::trap_exit(true);
+        let (h, rx) = harness();
+        let f = SupFlags { intensity: 2, period: Duration::from_secs(5), ..SupFlags::new(Strategy::OneForOne) };
+        let specs = vec![h.spec("a", Kind::Plain), h.spec("b", Kind::Plain), h.spec("c", Kind::Plain)];
+        let sup = supervisor::start_link(f, specs).unwrap();
+        let sup_pid = sup.pid();
+        let m = smarm::monitor(sup_pid);
+        let mut a = next_started(&rx);
+        let _b = next_started(&rx);
+        let _c = next_started(&rx);
+        for _ in 0..2 {
+            assert!(a.end(Cmd::Panic).is_err());
+            a = next_started(&rx);
+        }
+        assert!(a.end(Cmd::Panic).is_err());
+        // The supervisor's Down comes after its children were stopped (reverse order).
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, DownReason::Shutdown));
+        assert_eq!(from_mark(&h.log, "down:a"), ["down:a", "down:c", "down:b"]);
+        // Linked to us: a trapping parent receives its exit signal, reason Shutdown.
+        assert_eq!(next_signal(), Signal::Exit(Exit { from: sup_pid, reason: DownReason::Shutdown }));
+        assert_none_started(&rx);
+    });
+}
+
+#[test]
+fn restarts_up_to_the_intensity_are_allowed() {
+    run(|| {
+        let (h, rx) = harness();
+        let f = SupFlags { intensity: 2, period: Duration::from_secs(5), ..SupFlags::new(Strategy::OneForOne) };
+        let sup = supervisor::start_link(f, vec![h.spec("a", Kind::Plain)]).unwrap();
+        let mut a = next_started(&rx);
+        for _ in 0..2 {
+            assert!(a.end(Cmd::Panic).is_err());
+            a = next_started(&rx);
+        }
+        assert_eq!(sup.which_children(), vec![("a".to_string(), a.pid)]);
+    });
+}
+
+#[test]
+fn restarts_older_than_the_period_do_not_count() {
+    run(|| {
+        smarm::trap_exit(true);
+        let (h, rx) = harness();
+        let f = SupFlags { intensity: 1, period: 500 * MS, ..SupFlags::new(Strategy::OneForOne) };
+        let sup = supervisor::start_link(f, vec![h.spec("a", Kind::Plain)]).unwrap();
+        let m = smarm::monitor(sup.pid());
+        let mut a = next_started(&rx);
+        assert!(a.end(Cmd::Panic).is_err());
+        a = next_started(&rx);
+        smarm::sleep(600 * MS); // the first restart leaves the window
+        assert!(a.end(Cmd::Panic).is_err());
+        a = next_started(&rx);
+        assert_eq!(sup.which_children(), vec![("a".to_string(), a.pid)]);
+        // Control: a second restart inside the window exceeds intensity 1.
+        assert!(a.end(Cmd::Panic).is_err());
+        assert_eq!(next_down().monitor, m);
+    });
+}
+
+// ------------------------------------------------------------------------------------------
+// Shutdown specs
+// ------------------------------------------------------------------------------------------
+
+fn single(kind: Kind, shutdown: Shutdown) -> (SupervisorRef, Harness, Started) {
+    let (h, rx) = harness();
+    let spec = h.spec("x", kind).shutdown(shutdown);
+    let sup = supervisor::start_link(flags(Strategy::OneForOne), vec![spec]).unwrap();
+    let s = next_started(&rx);
+    (sup, h, s)
+}
+
+#[test]
+fn brutal_kill_child_is_killed_even_when_trapping_exits() {
+    run(|| {
+        let (sup, h, s) = single(Kind::Ignore, Shutdown::BrutalKill);
+        assert!(sup.terminate_child(s.pid));
+        assert_eq!(s.handle.join(), Err(DownReason::Killed));
+        assert!(!entries(&h.log).iter().any(|e| e.starts_with("got:")), "a brutal kill sent an exit signal first");
+        assert_eq!(sup.which_children(), Vec::new());
+    });
+}
+
+#[test]
+fn timeout_child_that_exits_on_shutdown_ends_with_shutdown() {
+    run(|| {
+        let (sup, _h, s) = single(Kind::Plain, Shutdown::Timeout(Duration::from_secs(5)));
+        assert!(sup.terminate_child(s.pid));
+        assert_eq!(s.handle.join(), Err(DownReason::Shutdown));
+    });
+}
+
+#[test]
+fn timeout_child_that_ignores_shutdown_is_killed_after_the_timeout() {
+    run(|| {
+        let d = 100 * MS;
+        let (sup, h, s) = single(Kind::Ignore, Shutdown::Timeout(d));
+        let start = Instant::now();
+        assert!(sup.terminate_child(s.pid));
+        assert!(start.elapsed() >= d, "killed before the shutdown timeout");
+        assert_eq!(s.handle.join(), Err(DownReason::Killed));
+        assert_eq!(entries(&h.log).iter().filter(|e| e.starts_with("got:")).collect::<Vec<_>>(), ["got:x:Shutdown"]);
+    });
+}
+
+#[test]
+fn infinity_child_is_waited_for_however_long_it_takes() {
+    run(|| {
+        let (sup, h, s) = single(Kind::Slow(300 * MS), Shutdown::Infinity);
+        assert!(sup.terminate_child(s.pid));
+        // terminate_child returned only after the slow cleanup finished.
+        assert_eq!(from_mark(&h.log, "got:x"), ["got:x", "done:x", "down:x"]);
+        assert_eq!(s.handle.join(), Ok(()));
+    });
+}
+
+#[test]
+fn children_stop_one_at_a_time_in_reverse_start_order() {
+    run(|| {
+        let (h, rx) = harness();
+        let specs = ["a", "b", "c"]
+            .iter()
+            .map(|id| h.spec(id, Kind::Slow(20 * MS)).shutdown(Shutdown::Timeout(Duration::from_secs(5))))
+            .collect();
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), specs).unwrap();
+        let kids: Vec<Started> = (0..3).map(|_| next_started(&rx)).collect();
+        sup.stop();
+        let stops: Vec<String> =
+            entries(&h.log).into_iter().filter(|e| e.starts_with("got:") || e.starts_with("done:")).collect();
+        assert_eq!(stops, ["got:c", "done:c", "got:b", "done:b", "got:a", "done:a"]);
+        for k in kids {
+            assert_eq!(k.handle.join(), Ok(()));
+        }
+    });
+}
+
+#[test]
+fn nested_supervisor_stops_its_own_tree_first() {
+    run(|| {
+        let (h, rx) = harness();
+        let h2 = h.clone();
+        let inner = ChildSpec::supervisor("inner", move || {
+            let specs = vec![h2.spec("i1", Kind::Plain), h2.spec("i2", Kind::Plain)];
+            supervisor::start_link(flags(Strategy::OneForOne), specs)
+                .map(|s| s.pid())
+                .map_err(|e| custom(&e.to_string()))
+        });
+        let specs = vec![h.spec("o1", Kind::Plain), inner, h.spec("o2", Kind::Plain)];
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), specs).unwrap();
+        let _kids: Vec<Started> = (0..4).map(|_| next_started(&rx)).collect();
+        sup.stop();
+        let downs: Vec<String> = entries(&h.log).into_iter().filter(|e| e.starts_with("down:")).collect();
+        assert_eq!(downs, ["down:o2", "down:i2", "down:i1", "down:o1"]);
+    });
+}
+
+#[test]
+fn dynamic_children_stop_in_parallel() {
+    run(|| {
+        let (got_tx, got_rx) = channel::<usize>();
+        let (release_tx, release_rx) = watch(false);
+        let counter = Arc::new(AtomicUsize::new(0));
+        let spec = ChildSpec::worker("w", move || {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let got_tx = got_tx.clone();
+            let mut release = release_rx.clone();
+            let (ready_tx, ready_rx) = smarm::channel::oneshot::<()>();
+            let h = smarm::spawn_link(move || {
+                smarm::trap_exit(true);
+                ready_tx.send(()).unwrap();
+                loop {
+                    if let Signal::Exit(Exit { reason: DownReason::Shutdown, .. }) = smarm::recv_signal() {
+                        got_tx.send(n).unwrap();
+                        // Wait until every instance has been asked to stop.
+                        while !release.get() {
+                            if release.changed().is_err() {
+                                break;
+                            }
+                        }
+                        return;
+                    }
+                }
+            });
+            ready_rx.recv().unwrap();
+            Ok(h.pid())
+        })
+        .shutdown(Shutdown::Timeout(Duration::from_secs(5)));
+        let sup = supervisor::start_link(flags(Strategy::SimpleOneForOne), vec![spec]).unwrap();
+        for _ in 0..3 {
+            sup.start_child().unwrap();
+        }
+        let sup2 = sup.clone();
+        let stopper = smarm::spawn(move || sup2.stop());
+        let mut asked = Vec::new();
+        while asked.len() < 3 {
+            match got_rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(n) => asked.push(n),
+                Err(_) => break, // sequential: the next one is asked only after this one ends
+            }
+        }
+        release_tx.send(true);
+        stopper.join().unwrap();
+        assert_eq!(asked.len(), 3, "only {asked:?} were asked to stop while the others ran");
+    });
+}
