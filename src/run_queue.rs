@@ -1,11 +1,48 @@
 //! The shared run queue: runnable actor slot indices, taken by any scheduler thread.
 //!
-//! Backends are cargo features, exactly one enabled:
+//! # Backends
+//!
+//! Cargo features, exactly one enabled (checked below); `RunQueue` names the selected one.
+//! All three share one interface (`new(capacity)`, `push`, `pop`, `len`, `is_empty`), and all
+//! three are compiled and unit-tested in every build, whichever one the runtime uses.
+//!
 //! - `rq-mpmc` (default): [`MpmcRing`], Dmitry Vyukov's bounded MPMC queue
 //!   (<https://www.1024cores.net/home/lock-free-algorithms/queues/bounded-mpmc-queue>),
-//!   sized to `max_actors` rounded up to a power of two;
-//! - `rq-striped`: several `MpmcRing`s, producers and consumers probe on a miss;
-//! - `rq-mutex`: a `VecDeque` under a mutex, the reference.
+//!   sized to `max_actors` rounded up to a power of two. Lock-free and FIFO (an actor waits
+//!   behind exactly the actors queued before it). Every push and pop is a CAS on one of two
+//!   shared counters, the contention point as threads multiply. The default because it is
+//!   FIFO (fair by construction), lock-free (an OS-descheduled thread stalls one cell, not
+//!   the queue), the cheapest per operation (no probing, one lazily committed allocation,
+//!   `len`/`is_empty` read two counters), and the backend the loom models check (here and
+//!   in `runtime::idle`). On the 2-core machine smarm is developed on, neither alternative
+//!   was clearly faster in the `general` bench's `yield_many`/`spawn_many`; striping is for
+//!   many threads contending on the two counters.
+//! - `rq-striped`: `StripedRing`, `StripedRing::STRIPES` `MpmcRing`s. A scheduler thread
+//!   pushes to and pops from its *home* stripe (thread index mod stripes), probing the other
+//!   stripes on a miss; a push skips a stripe whose next cell is frozen by a stalled
+//!   consumer. Contention on the counters is divided by the stripe count and an actor
+//!   tends to stay on the thread that queued it (warm caches), but there is no global FIFO
+//!   order (only per stripe: an actor can be overtaken by ones queued later on another
+//!   stripe), an empty `pop` probes every stripe, `len`/`is_empty` read every stripe's
+//!   counters (cache lines other threads write) and memory is `STRIPES` rings. Starvation
+//!   is bounded by a rotation: every `StripedRing::FAIRNESS`-th scheduling round a thread
+//!   starts at another stripe, so a stripe no thread calls home (fewer threads than stripes)
+//!   is served even while every home stripe stays busy.
+//! - `rq-mutex`: `MutexQueue`, a `VecDeque` under a `parking_lot::Mutex`, with a length
+//!   mirror so `len`/`is_empty` (polled by idle threads) never take the lock. The
+//!   reference: obviously correct, FIFO, an exact over-capacity check. Every push and pop
+//!   takes the lock: a convoy under contention, and a lock holder descheduled by the OS
+//!   stalls every thread that needs the queue (lock-free backends only stall the one cell).
+//!
+//! # The idle protocol's re-check
+//!
+//! A thread about to sleep announces itself, issues a SeqCst fence and calls `is_empty`; a
+//! pusher issues a SeqCst fence after its push and then looks for sleepers
+//! (`runtime::idle`). Every backend's `is_empty` therefore reads, after the caller's
+//! fence, the counter(s) every push writes *before* the pusher's fence: `MpmcRing`'s
+//! `tail` (advanced by the push's CAS), every stripe's `head`/`tail` for `StripedRing` (the
+//! push may have gone to any stripe), `MutexQueue`'s length mirror (stored inside the lock).
+//! With the two fences either the sleeper sees the push or the pusher sees the sleeper.
 //!
 //! # Capacity and the stalled consumer
 //!
@@ -23,6 +60,14 @@
 //! reported as empty. A spurious empty is benign: the producer finishes and wakes a
 //! sleeper, and a thread about to sleep re-checks `is_empty` (which compares the counters)
 //! after announcing itself.
+//!
+//! The at-most-once rule bounds the *total* occupancy, not any one stripe's, so each of
+//! `StripedRing`'s stripes is a full-size ring (an actor set that all queues on one thread
+//! lands in one stripe), and a push never needs another stripe for room: it probes only
+//! past a stall, and if every stripe looks stalled it waits on its first choice with the
+//! ring's spin-then-yield backoff. The price is memory (`STRIPES` rings of 16 bytes a cell), and
+//! the over-capacity panic only catches a stripe overflowing, not the total.
+//! `MutexQueue` reserves `capacity` up front and panics on a push beyond it.
 //!
 //! # Zero initialisation
 //!
@@ -44,6 +89,25 @@ compile_error!(
     "smarm: no run-queue backend enabled; enable the default feature `rq-mpmc` \
      (or `rq-striped` / `rq-mutex`)"
 );
+
+// The first enabled backend wins, so a bad feature set reports only the compile_error above.
+cfg_if::cfg_if! {
+    if #[cfg(feature = "rq-mpmc")] {
+        /// The run queue the runtime uses (selected by cargo feature; see the module doc).
+        pub(crate) type RunQueue = MpmcRing;
+    } else if #[cfg(feature = "rq-striped")] {
+        /// The run queue the runtime uses (selected by cargo feature; see the module doc).
+        pub(crate) type RunQueue = StripedRing;
+    } else if #[cfg(feature = "rq-mutex")] {
+        /// The run queue the runtime uses (selected by cargo feature; see the module doc).
+        pub(crate) type RunQueue = MutexQueue;
+    } else {
+        /// Placeholder so that only the compile_error above is reported.
+        pub(crate) type RunQueue = MpmcRing;
+    }
+}
+
+use std::collections::VecDeque;
 
 use crate::loom_shim::{fence, spin_hint, yield_thread, AtomicUsize, CachePadded, Ordering, UnsafeCell};
 
@@ -103,6 +167,7 @@ struct Cell {
 
 /// Vyukov's bounded MPMC queue of `u32`s, with occupancy checks instead of "full"/"empty"
 /// inferences from a single cell (see the module doc).
+#[cfg_attr(not(any(feature = "rq-mpmc", feature = "rq-striped")), allow(dead_code))] // tests only
 pub(crate) struct MpmcRing {
     /// Next position to pop. Only grows (wrapping).
     head: CachePadded<AtomicUsize>,
@@ -255,6 +320,197 @@ impl MpmcRing {
     }
 }
 
+/// `rq-striped`: several [`MpmcRing`]s, each able to hold every actor (see the module doc).
+#[cfg_attr(not(feature = "rq-striped"), allow(dead_code))] // tests only
+pub(crate) struct StripedRing {
+    stripes: Box<[MpmcRing]>,
+    /// `stripes.len() - 1`; the length is a power of two.
+    mask: usize,
+}
+
+#[cfg_attr(not(feature = "rq-striped"), allow(dead_code))] // tests only
+impl StripedRing {
+    /// Number of stripes. Fixed: `new(capacity)` does not know the thread count (and
+    /// asking the OS for the CPU count costs file reads on every `run`). Four divides the
+    /// contention of typical thread counts. With fewer threads than stripes the spare
+    /// stripes mostly cost probes: a scheduler thread pushes to its own home stripe, which
+    /// has a consumer; only pushes from outside the runtime (a plain thread's wake, the
+    /// root's spawn) and pushes past a stalled stripe land there, and the fairness
+    /// rotation serves them even while every thread's home stays busy (later than FIFO
+    /// would: the price of not knowing the thread count).
+    pub(crate) const STRIPES: usize = 4;
+    /// When a thread's scheduling round (`Worker::round`) is a multiple of `FAIRNESS`, its
+    /// `pop` starts at a rotating stripe instead of its home: a thread popping every round
+    /// looks at each stripe first once every `FAIRNESS * STRIPES` rounds, however busy its
+    /// home stays. (Rounds that take the wake slot or inbox instead of popping can skip a
+    /// multiple; the rotation is then later, not lost, unless a thread's pattern of rounds
+    /// stays in lockstep with `FAIRNESS` indefinitely.)
+    pub(crate) const FAIRNESS: u32 = 16;
+
+    /// [`Self::STRIPES`] stripes, each holding at least `capacity` values.
+    pub(crate) fn new(capacity: usize) -> StripedRing {
+        StripedRing::with_stripes(capacity, Self::STRIPES)
+    }
+
+    /// `stripes` (rounded up to a power of two) stripes of at least `capacity` values each.
+    fn with_stripes(capacity: usize, stripes: usize) -> StripedRing {
+        let n = stripes.max(1).next_power_of_two();
+        StripedRing { stripes: (0..n).map(|_| MpmcRing::new(capacity)).collect(), mask: n - 1 }
+    }
+
+    /// The calling scheduler thread's index and scheduling round, or `None` off the runtime.
+    #[cfg(not(loom))]
+    #[inline]
+    fn thread_hint() -> Option<(usize, u32)> {
+        let w = crate::runtime::current_worker();
+        // SAFETY: non-null, it is this thread's live worker (registered for the duration of
+        // `thread_main`); we read two fields and keep nothing across a context switch
+        // (`push`/`pop` never switch).
+        (!w.is_null()).then(|| unsafe { ((*w).index, (*w).round()) })
+    }
+
+    /// Under loom no scheduler thread exists: the models take the off-runtime paths.
+    #[cfg(loom)]
+    fn thread_hint() -> Option<(usize, u32)> {
+        None
+    }
+
+    /// True if `ring`'s next push would find its cell still holding the previous lap's
+    /// value, i.e. a consumer is stalled between claiming that cell and releasing it (the
+    /// ring cannot be full; see "Capacity" in the module doc). Only a hint: the answer can
+    /// be stale by the time we push, and `MpmcRing::push` waits a real stall out anyway.
+    fn looks_stalled(ring: &MpmcRing) -> bool {
+        // Relaxed (both loads): a heuristic choice of stripe; nothing is published or
+        // consumed on the strength of it, and `push` re-reads both with its own orderings.
+        let pos = ring.tail.load(Ordering::Relaxed);
+        (ring.seq(pos, Ordering::Relaxed).wrapping_sub(pos) as isize) < 0
+    }
+
+    /// Appends `value` to the calling thread's home stripe (off the runtime: the stripe
+    /// `value` selects), or to the next stripe that does not look stalled.
+    pub(crate) fn push(&self, value: u32) {
+        let first = match Self::thread_hint() {
+            Some((home, _)) => home,
+            None => value as usize,
+        } & self.mask;
+        for i in 0..=self.mask {
+            let stripe = &self.stripes[(first + i) & self.mask];
+            if !Self::looks_stalled(stripe) {
+                stripe.push(value);
+                return;
+            }
+        }
+        // Every stripe looks stalled: wait on the home one (spin, then yield the OS thread).
+        self.stripes[first].push(value);
+    }
+
+    /// Takes a value from the calling thread's home stripe, else from the first other
+    /// stripe that has one (every `FAIRNESS`-th round the probe starts at a rotating
+    /// stripe); `None` if every stripe is (or briefly looks) empty.
+    pub(crate) fn pop(&self) -> Option<u32> {
+        let start = match Self::thread_hint() {
+            Some((home, round)) if round % Self::FAIRNESS == 0 => home.wrapping_add((round / Self::FAIRNESS) as usize),
+            Some((home, _)) => home,
+            None => 0,
+        };
+        for i in 0..=self.mask {
+            let stripe = &self.stripes[start.wrapping_add(i) & self.mask];
+            // Two loads skip an empty stripe without `pop`'s fence. A stale "empty" is a
+            // spurious empty, benign as in `MpmcRing::pop` (see the module doc).
+            if stripe.is_empty() {
+                continue;
+            }
+            if let Some(v) = stripe.pop() {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// Values pushed and not yet popped, summed over the stripes. A snapshot unless
+    /// quiescent; after the caller's SeqCst fence it reads every stripe's counters, so a
+    /// push to any stripe ordered before that fence is counted (the idle protocol).
+    pub(crate) fn len(&self) -> usize {
+        self.stripes.iter().map(MpmcRing::len).sum()
+    }
+
+    /// True if every stripe is empty (see [`Self::len`] for the ordering).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.stripes.iter().all(MpmcRing::is_empty)
+    }
+}
+
+/// `rq-mutex`: a `VecDeque` under a lock, with a lock-free length mirror.
+#[cfg_attr(not(feature = "rq-mutex"), allow(dead_code))] // tests only
+pub(crate) struct MutexQueue {
+    /// `queue.len()`, stored inside the lock after every change; read without it.
+    len: CachePadded<AtomicUsize>,
+    queue: parking_lot::Mutex<VecDeque<u32>>,
+    capacity: usize,
+}
+
+#[cfg_attr(not(feature = "rq-mutex"), allow(dead_code))] // tests only
+impl MutexQueue {
+    /// A queue holding up to `capacity` values, all reserved now (no reallocation under
+    /// the lock later).
+    pub(crate) fn new(capacity: usize) -> MutexQueue {
+        let capacity = capacity.max(1);
+        MutexQueue {
+            len: CachePadded(AtomicUsize::new(0)),
+            queue: parking_lot::Mutex::new(VecDeque::with_capacity(capacity)),
+            capacity,
+        }
+    }
+
+    /// Appends `value`.
+    ///
+    /// # Panics
+    /// If the queue already holds `capacity` values: an actor was enqueued twice.
+    pub(crate) fn push(&self, value: u32) {
+        let mut q = self.queue.lock();
+        if q.len() >= self.capacity {
+            panic!(
+                "smarm run queue over capacity (length {}, capacity {}): an actor was enqueued \
+                 twice, which the slot state machine forbids",
+                q.len(),
+                self.capacity
+            );
+        }
+        q.push_back(value);
+        // Release: pairs with the Acquire in `len`, so a reader that sees this length sees
+        // the queue state behind it. The idle protocol's Dekker ordering needs no more than
+        // the store itself: the pusher's SeqCst fence follows it (after the unlock).
+        self.len.store(q.len(), Ordering::Release);
+    }
+
+    /// Takes the oldest value, or `None` if the queue is (or briefly looks) empty.
+    pub(crate) fn pop(&self) -> Option<u32> {
+        // Relaxed: only decides whether to take the lock. A stale zero is a spurious empty
+        // (benign, as in the module doc); a stale non-zero takes the lock, which is exact.
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut q = self.queue.lock();
+        let v = q.pop_front();
+        // Release: as in `push`.
+        self.len.store(q.len(), Ordering::Release);
+        v
+    }
+
+    /// Values queued, without the lock: exact when quiescent, a snapshot otherwise. Callers
+    /// that order it against their own stores (the idle protocol) fence (SeqCst) first.
+    pub(crate) fn len(&self) -> usize {
+        // Acquire: pairs with the Release stores in `push`/`pop`. The idle protocol's
+        // ordering comes from its SeqCst fences, which order this load after the caller's
+        // own announcement; no stronger ordering on the load itself is needed.
+        self.len.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[cfg(not(loom))]
 fn zeroed_cells(len: usize) -> Box<[Cell]> {
     use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
@@ -315,37 +571,98 @@ mod tests {
         r.push(3);
     }
 
-    #[test]
-    fn concurrent_producers_consumers_lose_nothing() {
+    /// The interface the runtime uses, so one test body covers every backend.
+    trait Queue: Send + Sync + 'static {
+        fn push(&self, v: u32);
+        fn pop(&self) -> Option<u32>;
+        fn len(&self) -> usize;
+        fn is_empty(&self) -> bool;
+    }
+
+    macro_rules! impl_queue {
+        ($($t:ty),*) => {$(
+            impl Queue for $t {
+                fn push(&self, v: u32) {
+                    <$t>::push(self, v)
+                }
+                fn pop(&self) -> Option<u32> {
+                    <$t>::pop(self)
+                }
+                fn len(&self) -> usize {
+                    <$t>::len(self)
+                }
+                fn is_empty(&self) -> bool {
+                    <$t>::is_empty(self)
+                }
+            }
+        )*};
+    }
+    impl_queue!(MpmcRing, StripedRing, MutexQueue);
+
+    /// Pops everything left, checking that every value in `0..n` came out exactly once
+    /// (counting `seen` from earlier pops) and that the queue then reads empty.
+    fn drain_exactly_once(q: &impl Queue, n: u32, mut seen: Vec<u8>) {
+        while let Some(v) = q.pop() {
+            seen[v as usize] += 1;
+        }
+        assert!(q.is_empty());
+        assert_eq!(q.len(), 0);
+        assert_eq!(q.pop(), None);
+        for (v, &c) in seen.iter().enumerate().take(n as usize) {
+            assert_eq!(c, 1, "value {v} came out {c} times");
+        }
+    }
+
+    /// Single thread: every value in, every value out once; `len` counts across the queue.
+    fn no_loss_no_duplication(q: impl Queue) {
+        assert_eq!(q.pop(), None);
+        let n = 64u32;
+        for v in 0..n {
+            q.push(v);
+            assert_eq!(q.len(), v as usize + 1);
+        }
+        assert!(!q.is_empty());
+        // Half out, half again in (each value queued at most once at a time, as the runtime
+        // does), then drain.
+        let mut seen = vec![0u8; n as usize];
+        for _ in 0..n / 2 {
+            let v = q.pop().expect("queue holds values");
+            seen[v as usize] += 1;
+        }
+        assert_eq!(q.len(), (n / 2) as usize);
+        drain_exactly_once(&q, n, seen);
+    }
+
+    /// Two producers and two consumers: every value out exactly once. Producers keep the
+    /// occupancy below the capacity as the runtime does (here by waiting for room).
+    fn concurrent_no_loss(q: impl Queue, capacity: usize) {
+        use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
         use std::sync::Arc;
-        let r = Arc::new(MpmcRing::new(64));
+        let q = Arc::new(q);
         let per = 20_000u32;
         let got = Arc::new(std::sync::Mutex::new(vec![0u8; (per * 2) as usize]));
-        let count = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let count = Arc::new(AtomicU32::new(0));
         let mut hs = vec![];
         for p in 0..2u32 {
-            let r = r.clone();
-            let count = count.clone();
+            let q = q.clone();
             hs.push(std::thread::spawn(move || {
                 for i in 0..per {
-                    // keep occupancy <= capacity as the runtime does: wait for room
-                    while r.len() >= 60 {
+                    while q.len() >= capacity - 4 {
                         std::thread::yield_now();
                     }
-                    r.push(p * per + i);
-                    let _ = &count;
+                    q.push(p * per + i);
                 }
             }));
         }
         for _ in 0..2 {
-            let r = r.clone();
-            let got = got.clone();
-            let count = count.clone();
+            let (q, got, count) = (q.clone(), got.clone(), count.clone());
             hs.push(std::thread::spawn(move || {
-                while count.load(std::sync::atomic::Ordering::Relaxed) < per * 2 {
-                    if let Some(v) = r.pop() {
+                // Relaxed: a progress counter; the values themselves go through the queue
+                // and the Mutex.
+                while count.load(Relaxed) < per * 2 {
+                    if let Some(v) = q.pop() {
                         got.lock().unwrap()[v as usize] += 1;
-                        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        count.fetch_add(1, Relaxed);
                     }
                 }
             }));
@@ -353,7 +670,151 @@ mod tests {
         for h in hs {
             h.join().unwrap();
         }
+        assert!(q.is_empty());
         assert!(got.lock().unwrap().iter().all(|&c| c == 1));
+    }
+
+    #[test]
+    fn concurrent_producers_consumers_lose_nothing() {
+        concurrent_no_loss(MpmcRing::new(64), 64);
+    }
+
+    #[test]
+    fn mpmc_no_loss_no_duplication() {
+        no_loss_no_duplication(MpmcRing::new(64));
+    }
+
+    // ---- rq-striped ----
+
+    #[test]
+    fn striped_no_loss_no_duplication() {
+        no_loss_no_duplication(StripedRing::with_stripes(64, 4));
+        no_loss_no_duplication(StripedRing::new(64));
+    }
+
+    #[test]
+    fn striped_concurrent_lose_nothing() {
+        concurrent_no_loss(StripedRing::with_stripes(64, 4), 64);
+    }
+
+    /// One stripe is a plain ring: FIFO. (Several are FIFO per stripe only.)
+    #[test]
+    fn striped_single_stripe_is_fifo() {
+        let q = StripedRing::with_stripes(8, 1);
+        for i in 0..8 {
+            q.push(i);
+        }
+        for i in 0..8 {
+            assert_eq!(q.pop(), Some(i));
+        }
+        assert_eq!(q.pop(), None);
+    }
+
+    /// Off the runtime a push goes to the stripe its value selects; `len`/`is_empty` must
+    /// see a value in any stripe, and `pop` must find it from any starting stripe.
+    #[test]
+    fn striped_counts_and_finds_every_stripe() {
+        let q = StripedRing::with_stripes(8, 4);
+        for stripe in 0..4u32 {
+            q.push(stripe + 4);
+            assert_eq!(q.stripes[stripe as usize].len(), 1, "value {} went to its stripe", stripe + 4);
+            assert_eq!(q.len(), 1);
+            assert!(!q.is_empty());
+            assert_eq!(q.pop(), Some(stripe + 4));
+            assert!(q.is_empty());
+        }
+    }
+
+    /// Each stripe holds the whole capacity: every value may land in one stripe.
+    #[test]
+    fn striped_one_stripe_holds_everything() {
+        let q = StripedRing::with_stripes(8, 4);
+        for i in 0..8 {
+            q.push(i * 4); // all select stripe 0
+        }
+        assert_eq!(q.stripes[0].len(), 8);
+        assert_eq!(q.len(), 8);
+        let mut got: Vec<u32> = std::iter::from_fn(|| q.pop()).collect();
+        got.sort_unstable();
+        assert_eq!(got, (0..8).map(|i| i * 4).collect::<Vec<_>>());
+    }
+
+    /// A consumer stalled between its head CAS and its sequence store freezes its cell; a
+    /// push that would lap onto it goes to the next stripe instead of waiting.
+    #[test]
+    fn striped_push_skips_a_stalled_stripe() {
+        use std::sync::Arc;
+        let q = Arc::new(StripedRing::with_stripes(2, 2));
+        q.push(0);
+        q.push(2); // both in stripe 0, which is now at its (power-of-two) capacity
+        let s0 = &q.stripes[0];
+        // Play the stalled consumer: claim position 0 without releasing its cell.
+        assert!(s0.head.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed).is_ok());
+        assert!(StripedRing::looks_stalled(s0));
+        let pusher = {
+            let q = q.clone();
+            std::thread::spawn(move || q.push(4)) // selects stripe 0
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !pusher.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let skipped = pusher.is_finished();
+        // Un-stall (the consumer releases its cell), so a waiting pusher can finish.
+        s0.set_seq(0, s0.capacity());
+        pusher.join().unwrap();
+        assert!(skipped, "push waited on the stalled stripe instead of probing the next");
+        assert_eq!(q.stripes[1].len(), 1);
+        let mut got: Vec<u32> = std::iter::from_fn(|| q.pop()).collect();
+        got.sort_unstable();
+        assert_eq!(got, [2, 4]);
+    }
+
+    // ---- rq-mutex ----
+
+    #[test]
+    fn mutex_fifo_order_and_empty() {
+        let q = MutexQueue::new(8);
+        assert_eq!(q.pop(), None);
+        for i in 0..8 {
+            q.push(i);
+        }
+        assert_eq!(q.len(), 8);
+        for i in 0..8 {
+            assert_eq!(q.pop(), Some(i));
+        }
+        assert_eq!(q.pop(), None);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn mutex_wraps_and_stays_fifo() {
+        let q = MutexQueue::new(4);
+        for i in 0..1000u32 {
+            q.push(i);
+            q.push(i + 1);
+            assert_eq!(q.pop(), Some(i));
+            assert_eq!(q.pop(), Some(i + 1));
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "over capacity")]
+    fn mutex_overfilling_is_a_loud_bug() {
+        let q = MutexQueue::new(2);
+        q.push(1);
+        q.push(2);
+        q.push(3);
+    }
+
+    #[test]
+    fn mutex_no_loss_no_duplication() {
+        no_loss_no_duplication(MutexQueue::new(64));
+    }
+
+    #[test]
+    fn mutex_concurrent_lose_nothing() {
+        concurrent_no_loss(MutexQueue::new(64), 64);
     }
 }
 
@@ -361,8 +822,9 @@ mod tests {
 /// `RUSTFLAGS="--cfg loom" cargo test --release --lib loom_models`.
 #[cfg(all(test, loom))]
 mod loom_models {
-    use super::MpmcRing;
+    use super::{MpmcRing, StripedRing};
     use crate::loom_shim::loom_check;
+    use crate::runtime::idle::Idle;
     use loom::sync::Arc;
     use loom::thread;
 
@@ -462,6 +924,37 @@ mod loom_models {
             let mut all = [x, rest];
             all.sort_unstable();
             assert_eq!(all, [0, 1]);
+        });
+    }
+
+    /// `rq-striped` under the idle protocol (`runtime::idle`): the value lands in stripe 1
+    /// (off the runtime the value selects the stripe) while the sleeper's `pop` starts at
+    /// stripe 0. The sleeper's re-check must sum every stripe: either it sees the value or
+    /// the waker sees its bit; otherwise it parks forever and loom reports a deadlock.
+    #[test]
+    fn striped_no_lost_wakeup() {
+        loom_check(4, || {
+            let idle = Arc::new(Idle::new(1));
+            let q = Arc::new(StripedRing::with_stripes(2, 2));
+            let sleeper = {
+                let (idle, q) = (idle.clone(), q.clone());
+                thread::spawn(move || loop {
+                    if let Some(v) = q.pop() {
+                        return v;
+                    }
+                    if idle.prepare_park(0, || !q.is_empty()) {
+                        thread::park();
+                        idle.clear(0);
+                    }
+                })
+            };
+            q.push(1);
+            if let Some(k) = idle.wake_any() {
+                assert_eq!(k, 0);
+                sleeper.thread().unpark();
+            }
+            assert_eq!(sleeper.join().unwrap(), 1);
+            assert!(q.is_empty());
         });
     }
 }

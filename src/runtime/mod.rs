@@ -47,7 +47,7 @@ use crate::actor::{self, ActorCell, JoinHandle};
 use crate::context;
 use crate::error::{BuildError, RunError, SpawnError};
 use crate::loom_shim::CachePadded;
-use crate::run_queue::MpmcRing;
+use crate::run_queue::RunQueue;
 use crate::slot_state::{Pid, Slab, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::StackPool;
 use crate::timer::Timers;
@@ -305,7 +305,7 @@ impl Inbox {
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) slab: Slab,
-    pub(crate) run_queue: MpmcRing,
+    pub(crate) run_queue: RunQueue,
     pub(crate) idle: Idle,
     /// One parker per scheduler thread, registered before the thread can sleep.
     pub(crate) parkers: Box<[park::Parker]>,
@@ -331,7 +331,7 @@ impl Shared {
     fn new(config: Config) -> Shared {
         Shared {
             slab: Slab::new(config.max_actors),
-            run_queue: MpmcRing::new(config.max_actors),
+            run_queue: RunQueue::new(config.max_actors),
             idle: Idle::new(config.threads),
             parkers: (0..config.threads).map(|_| park::Parker::default()).collect(),
             unparks: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),

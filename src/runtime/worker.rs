@@ -136,6 +136,12 @@ impl Worker {
         Some(Pid::new(i, gen))
     }
 
+    /// This thread's scheduling-round counter (advances once per round of the loop). The
+    /// striped run queue uses it as a per-thread rotation (`run_queue::StripedRing::pop`).
+    pub(crate) fn round(&self) -> u32 {
+        self.tick.get()
+    }
+
     /// Places a woken actor in the wake slot; returns the displaced occupant.
     pub(crate) fn put_in_wake_slot(&self, index: u32) -> Option<u32> {
         let old = self.wake_slot.replace(index);
