@@ -173,7 +173,7 @@ pub(crate) struct MpmcRing {
     head: CachePadded<AtomicUsize>,
     /// Next position to push. Only grows (wrapping).
     tail: CachePadded<AtomicUsize>,
-    buffer: Box<[Cell]>,
+    buffer: CellBuf,
     /// `buffer.len() - 1`; the length is a power of two.
     mask: usize,
 }
@@ -511,20 +511,18 @@ impl MutexQueue {
     }
 }
 
+/// The cell array: fresh zero pages outside loom (see `zeroed`: a large `calloc` would be
+/// memset by glibc once its mmap threshold has risen), a plain boxed slice under loom.
 #[cfg(not(loom))]
-fn zeroed_cells(len: usize) -> Box<[Cell]> {
-    use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
-    let layout = Layout::array::<Cell>(len).expect("run queue size overflows");
-    // SAFETY: `Cell` is an AtomicUsize and a u32 in UnsafeCells, for which all-zero bytes
-    // are valid values (seq_rel = 0 is the documented initial state). The allocation has
-    // the layout of `[Cell; len]`, so it can be owned by a boxed slice of that length.
-    unsafe {
-        let p = alloc_zeroed(layout) as *mut Cell;
-        if p.is_null() {
-            handle_alloc_error(layout);
-        }
-        Box::from_raw(core::ptr::slice_from_raw_parts_mut(p, len))
-    }
+type CellBuf = crate::zeroed::Zeroed<Cell>;
+#[cfg(loom)]
+type CellBuf = Box<[Cell]>;
+
+#[cfg(not(loom))]
+fn zeroed_cells(len: usize) -> CellBuf {
+    // SAFETY: `Cell` is an AtomicUsize and a u32 in UnsafeCells, for which all-zero bytes are
+    // valid values (seq_rel = 0 is the documented initial state); neither needs a drop.
+    unsafe { crate::zeroed::Zeroed::new(len) }
 }
 
 #[cfg(loom)]
