@@ -359,8 +359,13 @@ impl Drop for ExitCell {
 pub(crate) fn exit_with(mut cell: ExitCell, reason: DownReason) {
     cell.reason = Some(reason.clone());
     drop(cell);
+    if reason == DownReason::Normal {
+        return;
+    }
+    // `resume_unwind` skips the panic hook, which is what marks an actor as unwinding; mark it
+    // here, or a destructor that parks mid-unwind could be taken for a bystander.
+    crate::runtime::worker::mark_current_unwinding();
     match reason {
-        DownReason::Normal => {}
         DownReason::Panic(msg) => resume_unwind(Box::new(msg)),
         other => resume_unwind(Box::new(crate::process::Cancelled(other))),
     }

@@ -430,6 +430,7 @@ pub fn exit(pid: Pid, reason: DownReason) {
             own_sink(sh, me).push_signal(Signal::Exit(Exit { from: me, reason }));
             return;
         }
+        crate::runtime::worker::mark_current_unwinding();
         std::panic::resume_unwind(Box::new(Cancelled(reason)));
     }
     send_exit_signal(sh, me, pid, reason);

@@ -274,11 +274,13 @@ impl Sup {
                 Envelope::Exit(Exit { from, reason }) if from == parent => {
                     // Our parent is going away (or asks us to): stop the tree, exit likewise.
                     self.stop_all();
+                    crate::runtime::worker::mark_current_unwinding();
                     std::panic::resume_unwind(Box::new(crate::process::Cancelled(reason)));
                 }
                 Envelope::Exit(Exit { from, reason }) => {
                     if !self.child_exited(from, reason) {
                         self.stop_all();
+                        crate::runtime::worker::mark_current_unwinding();
                         std::panic::resume_unwind(Box::new(crate::process::Cancelled(DownReason::Shutdown)));
                     }
                 }

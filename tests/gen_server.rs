@@ -18,8 +18,8 @@
 //! - `start_link` links the caller (where silent, OTP):
 //!   start_link_links_the_server_to_the_caller
 //! - the server's stop reason is its exit reason (where silent, OTP):
-//!   stop_reason_is_the_servers_exit_reason_for_monitors (gap),
-//!   init_stop_reason_is_the_servers_exit_reason (gap)
+//!   stop_reason_is_the_servers_exit_reason_for_monitors,
+//!   init_stop_reason_is_the_servers_exit_reason
 //! - `call` default timeout 5 s:
 //!   call_default_timeout_is_five_seconds
 //! - `call` errors `NoProc` for a dead pid or unknown name, without waiting:
@@ -52,8 +52,8 @@
 //!   terminate_does_not_run_on_supervisor_shutdown_without_trapping_exits
 //! - (OTP, where silent) a trapping server terminates when its parent dies, and treats
 //!   other `Exit`s as info:
-//!   trapping_server_terminates_when_its_parent_dies (gap),
-//!   trapping_server_gets_a_shutdown_exit_from_a_non_parent_as_info (gap)
+//!   trapping_server_terminates_when_its_parent_dies,
+//!   trapping_server_gets_a_shutdown_exit_from_a_non_parent_as_info
 //! - never on `kill`:
 //!   terminate_never_runs_on_kill
 //! - with `Stop(reason, reply)` terminate runs first, then the reply is sent:
@@ -126,11 +126,40 @@ struct Srv {
     init: InitMode,
     trap: bool,
     held: Vec<ReplyTo<u32>>,
+    /// Time `terminate` takes before it records itself.
+    slow_terminate: Duration,
+    /// Time the server state takes to drop (after `start` learned the outcome, before the
+    /// actor's exit): widens the window in which a not-yet-released name would show.
+    _slow_drop: SlowDrop,
+}
+
+/// Sleeps when dropped, then reports (if asked).
+struct SlowDrop(Duration, Option<Sender<()>>);
+impl Drop for SlowDrop {
+    fn drop(&mut self) {
+        if !self.0.is_zero() {
+            smarm::sleep(self.0);
+        }
+        if let Some(done) = self.1.take() {
+            let _ = done.send(());
+        }
+    }
 }
 
 impl Srv {
     fn new(log: &Log) -> Srv {
-        Srv { log: log.clone(), init: InitMode::Ok, trap: false, held: Vec::new() }
+        Srv {
+            log: log.clone(),
+            init: InitMode::Ok,
+            trap: false,
+            held: Vec::new(),
+            slow_terminate: Duration::ZERO,
+            _slow_drop: SlowDrop(Duration::ZERO, None),
+        }
+    }
+    fn slow_drop(mut self, d: Duration, done: Sender<()>) -> Srv {
+        self._slow_drop = SlowDrop(d, Some(done));
+        self
     }
     fn init_mode(mut self, m: InitMode) -> Srv {
         self.init = m;
@@ -253,6 +282,9 @@ impl GenServer for Srv {
     }
 
     fn terminate(&mut self, reason: &DownReason) {
+        if !self.slow_terminate.is_zero() {
+            smarm::sleep(self.slow_terminate);
+        }
         push(&self.log, format!("terminate {reason:?}"));
     }
 }
@@ -331,12 +363,20 @@ fn failed_init_frees_the_name_before_start_returns() {
         let modes = [InitMode::Stop(custom("no")), InitMode::Panic("init boom"), InitMode::Ignore];
         for round in 0..30 {
             for mode in modes.clone() {
-                let r = gen_server::start_opts(Srv::new(&new_log()).init_mode(mode), named("svc"));
+                // The failed server lingers (slow drop) after reporting: its name must be
+                // free already.
+                let (dropped_tx, dropped_rx) = channel();
+                let slow = if round < 3 { 20 * MS } else { Duration::ZERO };
+                let srv = Srv::new(&new_log()).init_mode(mode).slow_drop(slow, dropped_tx);
+                let r = gen_server::start_opts(srv, named("svc"));
                 assert!(r.is_err());
                 assert_eq!(smarm::whereis("svc"), None, "round {round}: the name outlived the failed start");
                 let s = gen_server::start_opts(Srv::new(&new_log()), named("svc"))
                     .unwrap_or_else(|e| panic!("round {round}: restart under the freed name: {e}"));
                 assert_eq!(smarm::whereis("svc"), Some(s.pid()));
+                // One lingering server at a time (see process.rs,
+                // kill_of_actors_parked_in_destructors_mid_unwind_does_not_abort).
+                dropped_rx.recv_timeout(GUARD).unwrap();
                 assert!(s.stop(DownReason::Normal));
             }
         }
@@ -697,7 +737,10 @@ fn deferred_reply_from_a_plain_thread_reaches_the_caller() {
 fn stop_with_reply_runs_terminate_before_the_reply() {
     run(|| {
         let log = new_log();
-        let s = gen_server::start(Srv::new(&log)).unwrap();
+        let mut srv = Srv::new(&log);
+        // A reply sent before terminate would reach us while terminate still sleeps.
+        srv.slow_terminate = 30 * MS;
+        let s = gen_server::start(srv).unwrap();
         assert_eq!(s.call(Call::Stop(custom("bye"), Some(7))), Ok(7));
         // The reply was sent after terminate returned.
         assert_eq!(terminated(&log), ["terminate Custom(\"bye\")"]);

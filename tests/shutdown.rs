@@ -13,7 +13,7 @@
 //! - then remaining actors get `Shutdown`:
 //!   remaining_actors_get_shutdown_after_the_trees_are_stopped
 //! - then `Killed` after the runtime's shutdown timeout:
-//!   actor_outliving_the_shutdown_timeout_is_killed (gap: not implemented)
+//!   actor_outliving_the_shutdown_timeout_is_killed
 //! - `run` returns after every actor has ended, every stack is released and every
 //!   scheduler thread is joined:
 //!   run_returns_after_every_actor_ended_and_every_thread_and_stack_is_released,

@@ -26,7 +26,7 @@
 //!   transient_child_is_not_restarted_after_a_normal_exit,
 //!   transient_child_is_not_restarted_after_a_shutdown_exit,
 //!   transient_child_is_restarted_after_an_abnormal_exit,
-//!   transient_gen_server_child_stopping_with_a_custom_reason_is_restarted (gap)
+//!   transient_gen_server_child_stopping_with_a_custom_reason_is_restarted
 //! - `Temporary` (never):
 //!   temporary_child_is_never_restarted_and_is_forgotten
 //! - more than `intensity` restarts within `period` shuts the supervisor down (children
@@ -47,7 +47,7 @@
 //!   children_stop_one_at_a_time_in_reverse_start_order,
 //!   nested_supervisor_stops_its_own_tree_first
 //! - dynamic children in parallel:
-//!   dynamic_children_stop_in_parallel (gap)
+//!   dynamic_children_stop_in_parallel
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -685,7 +685,14 @@ fn single(kind: Kind, shutdown: Shutdown) -> (SupervisorRef, Harness, Started) {
 fn brutal_kill_child_is_killed_even_when_trapping_exits() {
     run(|| {
         let (sup, h, s) = single(Kind::Ignore, Shutdown::BrutalKill);
-        assert!(sup.terminate_child(s.pid));
+        let m = smarm::monitor(s.pid);
+        // From a helper: if the kill were an exit signal, this child would ignore it forever.
+        let (sup2, pid) = (sup.clone(), s.pid);
+        let (done_tx, done_rx) = smarm::channel::oneshot();
+        smarm::spawn(move || done_tx.send(sup2.terminate_child(pid)).unwrap());
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, DownReason::Killed));
+        assert_eq!(done_rx.recv(), Ok(true));
         assert_eq!(s.handle.join(), Err(DownReason::Killed));
         assert!(!entries(&h.log).iter().any(|e| e.starts_with("got:")), "a brutal kill sent an exit signal first");
         assert_eq!(sup.which_children(), Vec::new());

@@ -408,7 +408,9 @@ fn actor_unwinding_slow(slot: &Slot) -> bool {
     unsafe { &*w }.parked_unwinders.get() == 0
 }
 
-fn mark_current_unwinding() {
+/// Marks the running actor as unwinding. smarm's panic hook does it for panics; every
+/// `resume_unwind` inside smarm calls it first (a `resume_unwind` bypasses the hook).
+pub(crate) fn mark_current_unwinding() {
     let w = current_worker();
     if w.is_null() {
         return;
