@@ -291,7 +291,7 @@ pub fn start_opts<S: GenServer>(server: S, opts: StartOpts) -> Result<ServerRef<
     }
 }
 
-fn exit_reason_now(rx: &WatchReceiver<Option<DownReason>>) -> Option<DownReason> {
+pub(crate) fn exit_reason_now(rx: &WatchReceiver<Option<DownReason>>) -> Option<DownReason> {
     rx.clone().get()
 }
 

@@ -48,7 +48,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use crate::channel::{oneshot, watch, OneshotSender, WatchReceiver, WatchSender};
-use crate::gen_server::{await_exit, await_reply, exit_with, CallError, ExitCell, From, Info, StartError};
+use crate::gen_server::{
+    await_exit, await_reply, exit_reason_now, exit_with, CallError, ExitCell, From, Info, StartError,
+};
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, DownReason};
 use crate::slot_state::Pid;
@@ -521,6 +523,6 @@ impl<M: GenStatem> StatemRef<M> {
 
     /// The exit reason, once stopped.
     pub fn exit_reason(&self) -> Option<DownReason> {
-        self.exit.clone().get()
+        exit_reason_now(&self.exit)
     }
 }

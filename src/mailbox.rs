@@ -79,18 +79,21 @@ impl<M> MailboxInner<M> {
 
     /// Takes the first envelope accepted by `pred`, parking until one arrives or `deadline`.
     fn recv_where(&self, deadline: Option<Instant>, mut pred: impl FnMut(&Envelope<M>) -> bool) -> Option<Envelope<M>> {
+        let mut timed_out = false;
         loop {
             let mut s = self.state.lock();
             if let Some(i) = s.queue.iter().position(&mut pred) {
                 return s.queue.remove(i);
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if timed_out {
                 return None;
             }
             s.waiter = Some(Waiter::current());
             drop(s);
             let guard = Deregister(self);
-            park_until(deadline);
+            // `park_until` reads the clock once and declines to park once the deadline has
+            // passed; the condition is then looked at one last time before timing out.
+            timed_out = !park_until(deadline);
             drop(guard);
         }
     }

@@ -367,6 +367,7 @@ impl<T> Receiver<T> {
     }
 
     fn recv_deadline_opt(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        let mut timed_out = false;
         loop {
             let mut s = self.chan.state.lock();
             if let Some(v) = Self::pop(&mut s) {
@@ -375,13 +376,15 @@ impl<T> Receiver<T> {
             if s.senders == 0 {
                 return Err(RecvTimeoutError::Disconnected);
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if timed_out {
                 return Err(RecvTimeoutError::Timeout);
             }
             s.receiver = Some(Waiter::current());
             drop(s);
             let guard = DeregisterReceiver(&self.chan);
-            park_until(deadline);
+            // `park_until` reads the clock once and declines to park once the deadline has
+            // passed; the condition is then looked at one last time before timing out.
+            timed_out = !park_until(deadline);
             drop(guard);
         }
     }

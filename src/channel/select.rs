@@ -50,6 +50,7 @@ pub fn select_ready(arms: &[&dyn Selectable], deadline: Option<Instant>) -> Opti
         return None;
     }
     let start = start_arm(n);
+    let mut timed_out = false;
     loop {
         for k in 0..n {
             let i = (start + k) % n;
@@ -57,7 +58,7 @@ pub fn select_ready(arms: &[&dyn Selectable], deadline: Option<Instant>) -> Opti
                 return Some(i);
             }
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if timed_out {
             return None;
         }
         let me = SelectWaiter(Waiter::current());
@@ -76,7 +77,9 @@ pub fn select_ready(arms: &[&dyn Selectable], deadline: Option<Instant>) -> Opti
             drop(unregister);
             return Some(i);
         }
-        park_until(deadline);
+        // One clock read per park: `park_until` declines once the deadline has passed, and
+        // the arms get one last look above.
+        timed_out = !park_until(deadline);
         drop(unregister);
     }
 }

@@ -109,25 +109,16 @@ impl<T> WatchReceiver<T> {
     /// Waits until a value newer than the last one seen by this receiver is published, and
     /// marks it seen. [`RecvError`] once the sender is gone and nothing newer is left.
     pub fn changed(&mut self) -> Result<(), RecvError> {
-        loop {
-            let mut s = self.inner.state.lock();
-            if s.version != self.seen {
-                self.seen = s.version;
-                return Ok(());
-            }
-            if !s.sender_alive {
-                return Err(RecvError);
-            }
-            s.waiters.push(Waiter::current());
-            drop(s);
-            let guard = Deregister(&self.inner);
-            park_until(None);
-            drop(guard);
-        }
+        self.changed_until(None).map_err(|_| RecvError)
     }
 
     /// Like [`changed`](Self::changed), giving up at `deadline`.
     pub fn changed_deadline(&mut self, deadline: std::time::Instant) -> Result<(), super::RecvTimeoutError> {
+        self.changed_until(Some(deadline))
+    }
+
+    fn changed_until(&mut self, deadline: Option<std::time::Instant>) -> Result<(), super::RecvTimeoutError> {
+        let mut timed_out = false;
         loop {
             let mut s = self.inner.state.lock();
             if s.version != self.seen {
@@ -137,13 +128,14 @@ impl<T> WatchReceiver<T> {
             if !s.sender_alive {
                 return Err(super::RecvTimeoutError::Disconnected);
             }
-            if std::time::Instant::now() >= deadline {
+            if timed_out {
                 return Err(super::RecvTimeoutError::Timeout);
             }
             s.waiters.push(Waiter::current());
             drop(s);
             let guard = Deregister(&self.inner);
-            park_until(Some(deadline));
+            // One clock read per park; see `Receiver::recv_deadline_opt`.
+            timed_out = !park_until(deadline);
             drop(guard);
         }
     }

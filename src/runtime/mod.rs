@@ -415,7 +415,10 @@ impl Shared {
         // Relaxed: published by the Release in `publish_queued`.
         slot.cancel.store(CANCEL_NONE, Ordering::Relaxed);
         slot.pinned.store(UNPINNED, Ordering::Relaxed);
-        self.live.fetch_add(1, Ordering::AcqRel);
+        // Relaxed: the spawner is itself counted in `live` (the root is spawned before any
+        // scheduler thread runs), so the count cannot reach zero before this increment; every later decrement is an RMW on the same atomic, ordered
+        // after it in its modification order, so a zero check can never miss it.
+        self.live.fetch_add(1, Ordering::Relaxed);
         self.slab.publish_queued(index, gen);
         self.run_queue.push(index);
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
