@@ -35,12 +35,24 @@
     .text
 
 // ---------------------------------------------------------------------------------------
-// usize smarm_switch_to_actor(usize target_sp /* rdi */, usize *sched_sp_out /* rsi */)
+// usize smarm_switch_to_actor(usize target_sp   /* rdi */,
+//                              usize *save_sp_out /* rsi */,
+//                              usize resume_value /* rdx */)
 //
-// Scheduler side. Saves the scheduler's context on its own stack, publishes the saved sp
-// through `sched_sp_out` (a field of the actor's control block, so the actor knows where to
-// return without touching a thread-local), and resumes the context saved at `target_sp`.
-// Returns (rax) the actor's new saved sp once the actor switches back.
+// Saves the running context on its own stack, publishes its saved sp through
+// `save_sp_out`, and resumes the context saved at `target_sp` with `resume_value` in rax
+// (the resumed context's pending switch call returns it).
+//
+// Two callers:
+// - the scheduler resuming an actor: `save_sp_out` is the actor's `sched_sp` field (so the
+//   actor knows where to return without touching a thread-local) and `resume_value` is 0.
+//   The call returns (rax) the actor's new saved sp once the actor switches back with
+//   smarm_switch_to_scheduler.
+// - an actor handing the thread directly to another actor (a "hand-off", see
+//   src/runtime/worker.rs): `save_sp_out` is the parking actor's own `sp` field and
+//   `resume_value` is non-zero (it names the parked actor, whose post-switch bookkeeping
+//   the resumed actor then performs). The call returns whatever the context that later
+//   resumes this actor passes: 0 from a scheduler, non-zero from another hand-off.
 // ---------------------------------------------------------------------------------------
     .globl smarm_switch_to_actor
     .hidden smarm_switch_to_actor
@@ -60,8 +72,9 @@ smarm_switch_to_actor:
     .cfi_adjust_cfa_offset 8
     push r15
     .cfi_adjust_cfa_offset 8
-    mov [rsi], rsp                  // *sched_sp_out = scheduler's saved sp
-    mov rsp, rdi                    // switch stacks: rsp = actor's saved sp
+    mov [rsi], rsp                  // *save_sp_out = our saved sp
+    mov rsp, rdi                    // switch stacks: rsp = target's saved sp
+    mov rax, rdx                    // the target's pending switch call returns resume_value
     // From here the CFI above no longer describes the stack we are on; the tail only pops
     // and returns, so no unwinder ever needs to stop in it.
     pop r15                         // actor's callee-saved GPRs, reverse of the push order
@@ -76,12 +89,13 @@ smarm_switch_to_actor:
     .size smarm_switch_to_actor, . - smarm_switch_to_actor
 
 // ---------------------------------------------------------------------------------------
-// void smarm_switch_to_scheduler(usize sched_sp /* rdi */)
+// usize smarm_switch_to_scheduler(usize sched_sp /* rdi */)
 //
 // Actor side. Saves the actor's context on the actor stack and resumes the scheduler
 // saved at `sched_sp`; the scheduler's pending `smarm_switch_to_actor` call then returns
-// the actor's saved sp in rax. Returns to the actor when some scheduler thread (maybe
-// another one) calls `smarm_switch_to_actor` with that saved sp.
+// the actor's saved sp in rax. Returns to the actor when some context (a scheduler thread,
+// maybe another one, or a handing-off actor) calls `smarm_switch_to_actor` with that saved
+// sp; the return value is that call's `resume_value`.
 // ---------------------------------------------------------------------------------------
     .globl smarm_switch_to_scheduler
     .hidden smarm_switch_to_scheduler
@@ -133,6 +147,7 @@ smarm_actor_trampoline:
     .cfi_startproc
     .cfi_undefined rip              // end of the call chain: no return address above us
     mov rdi, rbx                    // first argument: the entry argument placed in rbx
+    mov rsi, rax                    // second: the resume_value of the switch that got us here
     call r12                        // entry function placed in r12; it never returns
     ud2                             // unreachable: the entry switches away for good
     .cfi_endproc

@@ -100,14 +100,16 @@ use core::arch::global_asm;
 global_asm!(include_str!("../asm/x86_64.S"));
 
 extern "sysv64" {
-    fn smarm_switch_to_actor(target_sp: usize, sched_sp_out: *mut usize) -> usize;
-    fn smarm_switch_to_scheduler(sched_sp: usize);
+    fn smarm_switch_to_actor(target_sp: usize, save_sp_out: *mut usize, resume_value: usize) -> usize;
+    fn smarm_switch_to_scheduler(sched_sp: usize) -> usize;
     fn smarm_actor_trampoline();
 }
 
 /// Entry function of a fresh stack: called by the trampoline with the argument given to
-/// [`init_stack`]. It must never return (it switches away for good instead).
-pub(crate) type EntryFn = unsafe extern "sysv64" fn(arg: *mut u8) -> !;
+/// [`init_stack`] and the `resume_value` of the switch that first resumed the stack (0 from
+/// a scheduler, non-zero from a hand-off, see [`hand_off`]). It must never return (it
+/// switches away for good instead).
+pub(crate) type EntryFn = unsafe extern "sysv64" fn(arg: *mut u8, resume_value: usize) -> !;
 
 /// Lays out the initial saved context described in the module doc and returns the saved sp.
 ///
@@ -200,22 +202,43 @@ fn fp_control_load(diff: FpControl, target: FpControl) {
 pub(crate) unsafe fn switch_to_actor(target_sp: usize, sched_sp_out: *mut usize) -> usize {
     // SAFETY: forwarded to the caller's contract; the asm follows the SysV ABI for the
     // registers it does not save.
-    let sp = unsafe { smarm_switch_to_actor(target_sp, sched_sp_out) };
+    let sp = unsafe { smarm_switch_to_actor(target_sp, sched_sp_out, 0) };
     tls_fence();
     sp
 }
 
+/// Actor-to-actor switch (a hand-off): suspends the running actor, storing its saved sp
+/// through `save_sp_out`, and resumes the actor saved at `target_sp`, whose pending switch
+/// call returns `resume_value`. Returns the `resume_value` of whichever context resumes the
+/// caller later: 0 for a scheduler, non-zero for another hand-off.
+///
+/// # Safety
+/// As for [`switch_to_actor`] for `target_sp`; in addition the target's `sched_sp` must
+/// already hold the scheduler the caller would have returned to (the target will return
+/// there), `resume_value` must be non-zero, and the caller must not be resumed by anyone
+/// before the target has finished with the post-switch bookkeeping `resume_value` names.
+#[inline(always)]
+pub(crate) unsafe fn hand_off(target_sp: usize, save_sp_out: *mut usize, resume_value: usize) -> usize {
+    debug_assert_ne!(resume_value, 0, "a hand-off must pass a non-zero resume value");
+    // SAFETY: forwarded to the caller's contract.
+    let v = unsafe { smarm_switch_to_actor(target_sp, save_sp_out, resume_value) };
+    tls_fence();
+    v
+}
+
 /// Actor side of a switch: suspends the running actor and resumes its scheduler. Returns
-/// when some scheduler thread (possibly another one) resumes the actor.
+/// when some scheduler thread (possibly another one) or a handing-off actor resumes the
+/// actor, with that switch's `resume_value` (0 from a scheduler; see [`hand_off`]).
 ///
 /// # Safety
 /// Must run on an actor stack entered through [`switch_to_actor`], with `sched_sp` the value
 /// that call stored through `sched_sp_out`.
 #[inline(always)]
-pub(crate) unsafe fn switch_to_scheduler(sched_sp: usize) {
+pub(crate) unsafe fn switch_to_scheduler(sched_sp: usize) -> usize {
     // SAFETY: forwarded to the caller's contract.
-    unsafe { smarm_switch_to_scheduler(sched_sp) };
+    let v = unsafe { smarm_switch_to_scheduler(sched_sp) };
     tls_fence();
+    v
 }
 
 /// A compiler barrier placed after every switch: an `asm!` block that is not `pure` and may
@@ -234,7 +257,7 @@ pub fn raw_switch_pair_ticks(rounds: u64) -> u64 {
     struct Ping {
         sched_sp: usize,
     }
-    unsafe extern "sysv64" fn bounce(arg: *mut u8) -> ! {
+    unsafe extern "sysv64" fn bounce(arg: *mut u8, _resume_value: usize) -> ! {
         let ping = arg as *mut Ping;
         loop {
             // SAFETY: `ping` outlives the loop below (it is on the driving frame, which

@@ -30,11 +30,12 @@
 
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::channel::{oneshot, watch, OneshotSender, RecvTimeoutError, WatchReceiver, WatchSender};
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, Down, DownReason, Exit};
+use crate::runtime::WaitLimit;
 use crate::slot_state::Pid;
 
 /// Default `call` timeout, as in OTP.
@@ -301,17 +302,16 @@ pub(crate) fn exit_reason_now(rx: &WatchReceiver<Option<DownReason>>) -> Option<
 /// (then the caller times out, as in OTP).
 pub(crate) fn await_reply<R>(
     mut rx: crate::channel::OneshotReceiver<R>,
-    deadline: Option<Instant>,
+    limit: WaitLimit,
     exit: &WatchReceiver<Option<DownReason>>,
 ) -> Result<R, CallError> {
-    let got = match deadline {
-        Some(d) => rx.recv_deadline(d),
-        None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-    };
-    match got {
+    match rx.recv_within(limit) {
         Ok(r) => Ok(r),
         Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
         Err(RecvTimeoutError::Disconnected) => {
+            // Rare path: the limit as a deadline (a relative one restarts now, so the wait
+            // for the exit cell may end a little late, never early).
+            let deadline = limit.deadline();
             let mut exit = exit.clone();
             loop {
                 if let Some(r) = exit.get() {
@@ -488,13 +488,12 @@ impl<S: GenServer> ServerRef<S> {
         if me == Some(self.addr.pid()) {
             return Err(CallError::CallingSelf);
         }
-        let deadline = Instant::now() + timeout;
         let (tx, rx) = oneshot();
         let from = From { tx: std::cell::Cell::new(Some(tx)), caller: me };
         if self.addr.try_send(Request::Call(request, from)).is_err() {
             return Err(CallError::NoProc);
         }
-        await_reply(rx, Some(deadline), &self.exit)
+        await_reply(rx, WaitLimit::For(timeout), &self.exit)
     }
 
     /// Sends a cast; always succeeds, even to a dead server.

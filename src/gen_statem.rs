@@ -480,15 +480,15 @@ impl<M: GenStatem> StatemRef<M> {
 
     /// Calls the machine; waits as long as it takes (OTP's default for gen_statem).
     pub fn call(&self, request: M::Call) -> Result<M::Reply, CallError> {
-        self.call_deadline(request, None)
+        self.call_within(request, crate::runtime::WaitLimit::Forever)
     }
 
     /// Calls the machine, waiting at most `timeout`.
     pub fn call_timeout(&self, request: M::Call, timeout: Duration) -> Result<M::Reply, CallError> {
-        self.call_deadline(request, Some(Instant::now() + timeout))
+        self.call_within(request, crate::runtime::WaitLimit::For(timeout))
     }
 
-    fn call_deadline(&self, request: M::Call, deadline: Option<Instant>) -> Result<M::Reply, CallError> {
+    fn call_within(&self, request: M::Call, limit: crate::runtime::WaitLimit) -> Result<M::Reply, CallError> {
         let me = crate::try_current_pid();
         if me == Some(self.addr.pid()) {
             return Err(CallError::CallingSelf);
@@ -497,7 +497,7 @@ impl<M: GenStatem> StatemRef<M> {
         if self.addr.try_send(Request::Call(request, from)).is_err() {
             return Err(CallError::NoProc);
         }
-        await_reply(rx, deadline, &self.exit)
+        await_reply(rx, limit, &self.exit)
     }
 
     /// Sends a cast (always succeeds).

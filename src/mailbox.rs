@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::channel::{SelectRecv, SelectWaiter, Selectable};
 use crate::process::{Down, Exit, Signal, SignalSink};
-use crate::runtime::{park_until, Waiter};
+use crate::runtime::{WaitLimit, Waiter};
 use crate::slot_state::Pid;
 use crate::sync::raw_mutex::{Rank, RawMutex};
 
@@ -78,23 +78,26 @@ impl<M> MailboxInner<M> {
     }
 
     /// Takes the first envelope accepted by `pred`, parking until one arrives or `deadline`.
-    fn recv_where(&self, deadline: Option<Instant>, mut pred: impl FnMut(&Envelope<M>) -> bool) -> Option<Envelope<M>> {
-        let mut timed_out = false;
+    fn recv_where(&self, mut limit: WaitLimit, mut pred: impl FnMut(&Envelope<M>) -> bool) -> Option<Envelope<M>> {
+        let mut s = self.state.lock();
         loop {
-            let mut s = self.state.lock();
             if let Some(i) = s.queue.iter().position(&mut pred) {
-                return s.queue.remove(i);
-            }
-            if timed_out {
-                return None;
+                return if i == 0 { s.queue.pop_front() } else { s.queue.remove(i) };
             }
             s.waiter = Some(Waiter::current());
             drop(s);
+            // Deregisters if the park unwinds (the actor was killed); on a normal return the
+            // registration is cleared under the lock taken next anyway.
             let guard = Deregister(self);
-            // `park_until` reads the clock once and declines to park once the deadline has
-            // passed; the condition is then looked at one last time before timing out.
-            timed_out = !park_until(deadline);
-            drop(guard);
+            let timed_out = limit.park();
+            std::mem::forget(guard);
+            s = self.state.lock();
+            s.waiter = None;
+            if timed_out {
+                // The limit passed: one last look, then time out.
+                let i = s.queue.iter().position(&mut pred)?;
+                return s.queue.remove(i);
+            }
         }
     }
 }
@@ -146,7 +149,7 @@ impl<M> fmt::Debug for Mailbox<M> {
 impl<M: Send + 'static> Mailbox<M> {
     /// The next message or signal, parking until one arrives.
     pub fn recv(&self) -> Envelope<M> {
-        self.inner.recv_where(None, |_| true).expect("no deadline")
+        self.inner.recv_where(WaitLimit::Forever, |_| true).expect("no deadline")
     }
 
     /// The next message or signal, if one is queued.
@@ -156,13 +159,13 @@ impl<M: Send + 'static> Mailbox<M> {
 
     /// The next message or signal, waiting at most `timeout` (zero polls).
     pub fn recv_timeout(&self, timeout: Duration) -> Option<Envelope<M>> {
-        self.inner.recv_where(Some(Instant::now() + timeout), |_| true)
+        self.inner.recv_where(WaitLimit::For(timeout), |_| true)
     }
 
     /// Selective receive: the first queued envelope accepted by `pred`, leaving the others in
     /// order; waits for one (at most `timeout`, if given).
     pub fn recv_match(&self, timeout: Option<Duration>, pred: impl FnMut(&Envelope<M>) -> bool) -> Option<Envelope<M>> {
-        self.inner.recv_where(timeout.map(|t| Instant::now() + t), pred)
+        self.inner.recv_where(WaitLimit::from_timeout(timeout), pred)
     }
 
     /// An address for this mailbox.
@@ -287,7 +290,7 @@ pub(crate) fn recv_signal_from(sink: Arc<dyn SignalSink>, deadline: Option<Insta
     let mb = sink.as_any().downcast::<MailboxInner<NoMsg>>().unwrap_or_else(|_| {
         panic!("smarm::recv_signal: this actor has a typed Mailbox; receive signals from it instead")
     });
-    mb.recv_where(deadline, |_| true).map(|e| match e {
+    mb.recv_where(deadline.map_or(WaitLimit::Forever, WaitLimit::Until), |_| true).map(|e| match e {
         Envelope::Down(d) => Signal::Down(d),
         Envelope::Exit(x) => Signal::Exit(x),
         Envelope::Msg(never) => match never {},

@@ -120,6 +120,13 @@ pub(crate) struct Slot {
     /// Process state (links, monitors, name); see `process`. All-zero is valid: unlocked,
     /// rank `Process`, nothing allocated.
     pub(crate) proc: crate::process::ProcLock,
+    /// The actor's lazily armed park timeout: `seq << 2 | LAZY_*` (see "Lazy timeouts" in
+    /// `timer`). `seq` only grows over the slot's life, so a stale request never matches.
+    pub(crate) lazy: AtomicU64,
+    /// The timeout (ns) of the pending request; published by the Release store of `lazy`.
+    pub(crate) lazy_timeout: AtomicU64,
+    /// The wheel key of an ARMED request. Accessed only under the runtime's timer lock.
+    pub(crate) lazy_key: core::cell::UnsafeCell<crate::timer::TimerKey>,
 }
 
 /// Outcome of [`Slab::wake`].
@@ -211,6 +218,15 @@ impl Slab {
         // Release: publishes the control block written by the spawner to the scheduler
         // that claims the slot (Acquire in `claim`) and to the shutdown sweep.
         self.slot(index).state.store(make(gen, QUEUED), Ordering::Release);
+    }
+
+    /// The pid of the actor in slot `index` if it is PARKED right now (a hint: it may be
+    /// woken the moment after).
+    #[inline]
+    pub(crate) fn parked_pid(&self, index: u32) -> Option<Pid> {
+        // Relaxed: a hint; whoever acts on it re-validates under a lock or with an RMW.
+        let cur = self.slot(index).state.load(Ordering::Relaxed);
+        (state_of(cur) == PARKED).then(|| Pid::new(index, gen_of(cur)))
     }
 
     /// QUEUED -> RUNNING for the thread that popped `index` from a queue.
@@ -365,7 +381,8 @@ fn zeroed_slots(len: usize) -> crate::zeroed::Zeroed<Slot> {
     // Every field of `Slot` is valid as all-zero bytes: atomics (FREE, generation 0, link 0,
     // no cancel, pinned 0 which is overwritten before use), `ActorCell`, whose doc states that
     // all-zero is its empty value, and the proc lock (an unlocked flag, rank `Process` = 0,
-    // exited generation 0 and `Option<Box<_>>::None`, guaranteed to be a null pointer).
+    // exited generation 0 and `Option<Box<_>>::None`, guaranteed to be a null pointer), and
+    // the lazy-timeout fields (LAZY_IDLE with seq 0, and a timer key of plain integers).
     // SAFETY: all-zero bytes are a valid `Slot` (above).
     unsafe { crate::zeroed::Zeroed::new(len) }
 }

@@ -12,6 +12,21 @@
 //!   entries whose deadline is `<= now` (entries of later laps stay). Deadlines are never
 //!   fired early: an entry fires only once `now >= at`.
 //!
+//! # Lazy timeouts
+//!
+//! Most timed waits end long before their deadline (a `call`'s reply arrives in
+//! microseconds; its timeout is 5 s), so a timed park does not touch the wheel or the clock
+//! up front. The parking actor writes the timeout into its slot (`Slot::lazy_timeout`),
+//! marks request `seq` PENDING in `Slot::lazy`, and notes `(index, seq, round)` on its
+//! scheduler thread. That thread arms the request (puts it on the wheel at *arming time* +
+//! timeout) only if, `LAZY_ARM_ROUNDS` scheduling rounds later or when the thread is about
+//! to idle, the actor is still parked on that same request. So a timeout never fires early;
+//! it may fire late by at most those rounds (each bounded by the preemption timeslice for
+//! actors that make runtime calls). The actor ends the request when it resumes
+//! (`disarm_lazy`): PENDING -> IDLE with one CAS when it was never armed, otherwise under
+//! the timer lock, where ARMED -> FIRED (by `fire_due`) and the key live, so the wheel
+//! never keeps an entry for an actor that moved on.
+//!
 //! `next` is a *lower bound* on the earliest deadline, readable without the lock: insert
 //! lowers it; firing recomputes it as the start of the first non-empty slot ahead (which is
 //! not later than any entry's deadline); cancel leaves it. An idle scheduler thread parks
@@ -21,15 +36,59 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::runtime::Waiter;
 use crate::sync::raw_mutex::{Rank, RawMutex};
 
 /// What a deadline does when it fires.
 pub(crate) enum Action {
-    /// Wake a blocked actor or thread (done under the timer lock: see `Waiter`).
-    Wake(Waiter),
+    /// Fire an actor's lazily armed park timeout (done under the timer lock).
+    WakeLazy(LazyWake),
     /// Run a closure (`send_after`), outside the timer lock.
     Run(Box<dyn FnOnce() + Send>),
+}
+
+/// `Slot::lazy` states (low two bits; the request's sequence number is above them).
+pub(crate) const LAZY_IDLE: u64 = 0;
+/// Requested by a parking actor, not yet on the wheel.
+pub(crate) const LAZY_PENDING: u64 = 1;
+/// On the wheel; the key is in `Slot::lazy_key`.
+pub(crate) const LAZY_ARMED: u64 = 2;
+/// Fired: the actor was woken by its timeout.
+pub(crate) const LAZY_FIRED: u64 = 3;
+
+/// The `Slot::lazy` word of request `seq` in `state`.
+#[inline]
+pub(crate) fn lazy_word(seq: u64, state: u64) -> u64 {
+    (seq << 2) | state
+}
+
+/// The wheel entry of an armed lazy timeout.
+pub(crate) struct LazyWake {
+    shared: *const crate::runtime::Shared,
+    pid: crate::Pid,
+    seq: u64,
+}
+
+// SAFETY: the pointer is only dereferenced by `fire_due` of the runtime it points to (the
+// wheel lives inside that runtime's `Shared`), so it is alive whenever it is used.
+unsafe impl Send for LazyWake {}
+
+impl LazyWake {
+    /// Under the timer lock: ARMED -> FIRED and wake, unless the actor already disarmed.
+    fn fire(&self) {
+        // SAFETY: see the `Send` impl.
+        let sh = unsafe { &*self.shared };
+        let Some(slot) = sh.slab.try_slot(self.pid.index()) else { return };
+        // Relaxed: ARMED/FIRED transitions happen only under the timer lock we hold; the
+        // wake below publishes with its own Release.
+        let armed = lazy_word(self.seq, LAZY_ARMED);
+        if slot
+            .lazy
+            .compare_exchange(armed, lazy_word(self.seq, LAZY_FIRED), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            sh.wake(self.pid);
+        }
+    }
 }
 
 /// A registered deadline; pass it to [`Timers::cancel`] to remove it.
@@ -220,13 +279,8 @@ impl Timers {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
     }
 
-    /// Registers `waiter` to be woken at `deadline`. Returns the key and whether this lowered
-    /// the earliest deadline (the caller then makes sure an idle thread re-arms).
-    pub(crate) fn insert(&self, deadline: Instant, waiter: Waiter) -> (TimerKey, bool) {
-        self.insert_action(deadline, Action::Wake(waiter))
-    }
-
-    /// Registers `action` at `deadline`; see [`Timers::insert`].
+    /// Registers `action` at `deadline`. Returns the key and whether this lowered the
+    /// earliest deadline (the caller then makes sure an idle thread re-arms).
     pub(crate) fn insert_action(&self, deadline: Instant, action: Action) -> (TimerKey, bool) {
         let at = self.nanos(deadline);
         let key = self.wheel.lock().insert(at, action);
@@ -248,6 +302,68 @@ impl Timers {
         let pending = removed.is_some();
         drop(removed); // a cancelled send_after's message is dropped outside the lock
         pending
+    }
+
+    /// Arms the pending lazy timeout `seq` of the parked actor `pid` (in `slot`) to fire
+    /// at `now` + its timeout. Does nothing if the actor has disarmed it meanwhile. Returns
+    /// whether this lowered the earliest deadline.
+    pub(crate) fn arm_lazy(
+        &self,
+        shared: *const crate::runtime::Shared,
+        slot: &crate::slot_state::Slot,
+        pid: crate::Pid,
+        seq: u64,
+        now: Instant,
+    ) -> bool {
+        // Relaxed: the caller's Acquire load of the PENDING word made this visible.
+        let timeout = slot.lazy_timeout.load(Ordering::Relaxed);
+        let at = self.nanos(now).saturating_add(timeout).min(u64::MAX - 1);
+        let mut wheel = self.wheel.lock();
+        // Relaxed: PENDING -> ARMED races only with the actor's PENDING -> IDLE (exactly one
+        // CAS wins); every later transition of this request happens under the lock we hold.
+        let pending = lazy_word(seq, LAZY_PENDING);
+        if slot
+            .lazy
+            .compare_exchange(pending, lazy_word(seq, LAZY_ARMED), Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        let key = wheel.insert(at, Action::WakeLazy(LazyWake { shared, pid, seq }));
+        // SAFETY: `lazy_key` is accessed only under the timer lock, which we hold.
+        unsafe { *slot.lazy_key.get() = key };
+        drop(wheel);
+        // Relaxed: see `insert_action`.
+        self.next.fetch_min(at, Ordering::Relaxed) > at
+    }
+
+    /// The parking actor's side, once resumed: ends lazy request `seq`, taking it off the
+    /// wheel if it was armed. Returns whether it fired.
+    pub(crate) fn disarm_lazy(&self, slot: &crate::slot_state::Slot, seq: u64) -> bool {
+        let idle = lazy_word(seq, LAZY_IDLE);
+        // Relaxed: a request never armed ends with this CAS (see `arm_lazy`).
+        if slot.lazy.compare_exchange(lazy_word(seq, LAZY_PENDING), idle, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            return false;
+        }
+        let mut wheel = self.wheel.lock();
+        // Relaxed: under the lock that orders every ARMED/FIRED transition.
+        let cur = slot.lazy.load(Ordering::Relaxed);
+        let removed = if cur == lazy_word(seq, LAZY_ARMED) {
+            // SAFETY: accessed under the timer lock.
+            wheel.cancel(unsafe { *slot.lazy_key.get() })
+        } else {
+            None
+        };
+        slot.lazy.store(idle, Ordering::Relaxed);
+        drop(wheel);
+        drop(removed);
+        cur == lazy_word(seq, LAZY_FIRED)
+    }
+
+    /// Number of deadlines on the wheel.
+    pub(crate) fn pending(&self) -> usize {
+        self.wheel.lock().pending
     }
 
     /// The instant a key fires at.
@@ -290,7 +406,7 @@ impl Timers {
             // before it can end, so the waiter is alive.
             for a in due.drain(..) {
                 match a {
-                    Action::Wake(w) => w.wake(),
+                    Action::WakeLazy(l) => l.fire(),
                     Action::Run(f) => run.push(f),
                 }
             }

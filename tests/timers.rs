@@ -285,3 +285,60 @@ fn an_idle_runtime_waiting_on_timers_does_not_spin() {
         assert!(used < 30 * MS, "threads({threads}): {used:?} of CPU used during a 300 ms idle sleep");
     }
 }
+
+/// Timed waits answered promptly never put anything on the timer wheel (their timeouts are
+/// lazy), and one that did time out leaves nothing behind either.
+#[test]
+fn prompt_timed_waits_leave_no_timer_behind() {
+    let _g = shared();
+    rt(1)
+        .run(|| {
+            let diag = smarm::__private::Diagnostics::current().unwrap();
+            let (tx, rx) = channel::<u32>();
+            let (back_tx, back_rx) = channel::<u32>();
+            let echo = smarm::spawn(move || {
+                while let Ok(x) = rx.recv_timeout(Duration::from_secs(30)) {
+                    back_tx.send(x).unwrap();
+                }
+            });
+            for i in 0..1_000 {
+                tx.send(i).unwrap();
+                assert_eq!(back_rx.recv_timeout(Duration::from_secs(30)), Ok(i));
+                assert_eq!(diag.pending_timers(), 0, "a prompt reply left a timer on the wheel");
+            }
+            let (_keep, silent) = channel::<u32>();
+            let start = Instant::now();
+            assert_eq!(silent.recv_timeout(5 * MS), Err(RecvTimeoutError::Timeout));
+            assert!(start.elapsed() >= 5 * MS, "a lazy timeout fired early");
+            drop(tx);
+            echo.join().unwrap();
+            assert_eq!(diag.pending_timers(), 0, "an ended wait left its timer on the wheel");
+        })
+        .unwrap();
+}
+
+/// A lazily armed timeout is armed and fires even when the thread never idles: another
+/// actor keeps yielding on the only scheduler thread until the timed wait has ended.
+#[test]
+fn a_timeout_fires_while_other_actors_keep_the_thread_busy() {
+    let _g = shared();
+    rt(1)
+        .run(|| {
+            let done = Arc::new(AtomicUsize::new(0));
+            let busy = {
+                let done = done.clone();
+                smarm::spawn(move || {
+                    while done.load(Ordering::SeqCst) == 0 {
+                        smarm::yield_now();
+                    }
+                })
+            };
+            let (_keep, silent) = channel::<u32>();
+            let start = Instant::now();
+            assert_eq!(woken(|| silent.recv_timeout(10 * MS)), Err(RecvTimeoutError::Timeout));
+            assert!(start.elapsed() >= 10 * MS, "a lazy timeout fired early");
+            done.store(1, Ordering::SeqCst);
+            busy.join().unwrap();
+        })
+        .unwrap();
+}

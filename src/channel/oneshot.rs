@@ -16,7 +16,7 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use super::{RecvError, RecvTimeoutError, SelectRecv, SelectWaiter, Selectable, TryRecvError};
-use crate::runtime::{park_until, Waiter};
+use crate::runtime::{WaitLimit, Waiter};
 use crate::sync::raw_mutex::{Rank, RawGuard, RawMutex};
 
 struct State<T> {
@@ -162,7 +162,7 @@ impl<T> OneshotReceiver<T> {
 
     /// Waits for the value; [`RecvError`] if the sender was dropped without sending.
     pub fn recv(self) -> Result<T, RecvError> {
-        self.wait(None).map_err(|_| RecvError)
+        self.wait(WaitLimit::Forever).map_err(|_| RecvError)
     }
 
     /// Takes the value if it has arrived.
@@ -183,23 +183,24 @@ impl<T> OneshotReceiver<T> {
 
     /// Waits for the value until `deadline`.
     pub fn recv_deadline(&mut self, deadline: Instant) -> Result<T, RecvTimeoutError> {
-        if self.done.get() {
-            return Err(RecvTimeoutError::Disconnected);
-        }
-        self.wait(Some(deadline))
+        self.recv_within(WaitLimit::Until(deadline))
     }
 
     /// Waits at most `timeout` for the value.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        self.recv_within(WaitLimit::For(timeout))
+    }
+
+    pub(crate) fn recv_within(&mut self, limit: WaitLimit) -> Result<T, RecvTimeoutError> {
         if self.done.get() {
             return Err(RecvTimeoutError::Disconnected);
         }
-        self.wait(Some(Instant::now() + timeout))
+        self.wait(limit)
     }
 
-    fn wait(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+    fn wait(&self, mut limit: WaitLimit) -> Result<T, RecvTimeoutError> {
+        let mut s = self.lock();
         loop {
-            let mut s = self.lock();
             if s.value.is_some() {
                 return Ok(self.finish(s).expect("value present"));
             }
@@ -208,14 +209,15 @@ impl<T> OneshotReceiver<T> {
             }
             s.waiter = Some(Waiter::current());
             drop(s);
+            // Deregisters if the park unwinds (the actor was killed); on a normal return the
+            // registration is cleared under the lock taken next anyway.
             let guard = Deregister(self);
-            // `park_until` reads the clock once and declines to park once the deadline has
-            // passed (a zero timeout polls without parking).
-            let parked = park_until(deadline);
-            drop(guard);
-            if !parked {
-                // Deadline passed: one last look, then time out.
-                let s = self.lock();
+            let timed_out = limit.park();
+            std::mem::forget(guard);
+            s = self.lock();
+            s.waiter = None;
+            if timed_out {
+                // The limit passed: one last look, then time out.
                 if s.value.is_some() {
                     return Ok(self.finish(s).expect("value present"));
                 }
@@ -225,7 +227,7 @@ impl<T> OneshotReceiver<T> {
     }
 }
 
-/// Clears the receiver's registration on return or unwind.
+/// Clears the receiver's registration if its park unwinds.
 struct Deregister<'a, T>(&'a OneshotReceiver<T>);
 
 impl<T> Drop for Deregister<'_, T> {

@@ -52,7 +52,7 @@ use crate::slot_state::{Pid, Slab, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDO
 use crate::stack::StackPool;
 use crate::timer::Timers;
 use idle::Idle;
-pub(crate) use worker::{current_actor_pid as current_shared, current_worker, park_current, park_until};
+pub(crate) use worker::{current_actor_pid as current_shared, current_worker, park_current, park_until, WaitLimit};
 
 /// Smallest stack an actor can start, panic, print and unwind on.
 pub const MIN_STACK_SIZE: usize = 32 * 1024;
@@ -633,6 +633,11 @@ impl Diagnostics {
     /// Actors waiting in the shared run queue.
     pub fn run_queue_len(&self) -> usize {
         self.shared.run_queue.len()
+    }
+    /// Deadlines on the runtime's timer wheel (armed timeouts, sleeps, `send_after`).
+    /// Timed waits that end promptly never reach it (lazy timeouts, see the `timer` docs).
+    pub fn pending_timers(&self) -> usize {
+        self.shared.timers.pending()
     }
     /// Number of scheduler threads.
     pub fn threads(&self) -> usize {

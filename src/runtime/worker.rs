@@ -27,7 +27,8 @@
 //! other threads for longer than one actor run. The slot is empty whenever the thread
 //! parks (it is drained by step 3 before step 5 is reached).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
@@ -99,7 +100,23 @@ pub(crate) struct Worker {
     /// zero, a panicking thread can only mean the running actor is unwinding, even if the
     /// panic hook that marks actors was replaced by the user.
     parked_unwinders: Cell<u32>,
+    /// Lazy park timeouts requested by actors that parked on this thread, oldest first
+    /// (see "Lazy timeouts" in the `timer` module doc).
+    pending_timeouts: RefCell<VecDeque<PendingTimeout>>,
 }
+
+/// A lazy park timeout not yet on the wheel.
+#[derive(Clone, Copy)]
+struct PendingTimeout {
+    index: u32,
+    /// The worker's round counter when the actor parked.
+    tick: u32,
+    seq: u64,
+}
+
+/// Rounds a lazy timeout waits before it is armed: an actor woken within that many
+/// scheduling rounds (the common case for a call's reply) never touches the wheel.
+const LAZY_ARM_ROUNDS: u32 = 2;
 
 impl Worker {
     pub(crate) fn shared_ptr(&self) -> *const Shared {
@@ -169,6 +186,7 @@ impl Worker {
         if tick % 64 == 0 && !sh.timers.is_empty() {
             sh.timers.fire_due(Instant::now());
         }
+        self.arm_timeouts(false);
         if !self.inbox_yielded.replace(false) {
             if let Some(i) = sh.inboxes[self.index].pop() {
                 return Some(i);
@@ -200,35 +218,36 @@ impl Worker {
         self.wake_slot.get() == NONE
             && sh.run_queue.is_empty()
             && sh.inboxes[self.index].is_empty()
-            && (self.tick.get() % 64 != 0 || sh.timers.is_empty())
+            // `next_runnable` would poll the timers at the next tick (it advances it first).
+            && (self.tick.get().wrapping_add(1) % 64 != 0 || sh.timers.is_empty())
+            // Lazy timeouts are armed by the scheduler round this fast path would skip.
+            && self.pending_timeouts.borrow().is_empty()
     }
 
     fn run_actor(&self, index: u32) {
         let sh = &*self.shared;
-        let slot = sh.slab.slot(index);
         sh.slab.claim(index);
-        let cell = slot.cell.get();
+        let cell = sh.slab.slot(index).cell.get();
         // SAFETY: we claimed the actor (QUEUED -> RUNNING), so its control block is ours.
         unsafe {
-            if (*cell).stack_len == 0 {
-                // First run: bind the stack its spawn reserved (the pool's hottest).
-                let stack = sh.stacks.take_reserved();
-                (*cell).sp = crate::context::init_stack(stack.top(), actor_entry, slot as *const Slot as *mut u8);
-                let (base, len) = stack.into_raw();
-                (*cell).stack_base = base;
-                (*cell).stack_len = len;
-            }
+            self.bind_stack_if_fresh(index);
             fp_control_switch(self.live_fp.get(), (*cell).fp);
             self.live_fp.set((*cell).fp);
             (*cell).assigned_thread = self.index;
         }
+        self.current.set(index);
         loop {
-            self.current.set(index);
+            let index = self.current.get();
+            let cell = sh.slab.slot(index).cell.get();
             self.slice_start.set(0);
             // SAFETY: the actor is ours (claimed) and its saved sp is a suspended context on
             // its live stack.
             let sp = unsafe { switch_to_actor((*cell).sp, &raw mut (*cell).sched_sp) };
-            self.current.set(NONE);
+            // Whoever switched back: the actor we resumed, or one it (transitively) handed
+            // the thread to (`hand_off_park`), which set `current` before running.
+            let index = self.current.replace(NONE);
+            let slot = sh.slab.slot(index);
+            let cell = slot.cell.get();
             // SAFETY: the actor switched back; the control block is ours again.
             let intent = unsafe {
                 (*cell).sp = sp;
@@ -239,6 +258,7 @@ impl Worker {
                 // Fast path: resume the same actor at once. Its floating-point state is
                 // still live in our registers, so nothing needs saving.
                 self.tick.set(self.tick.get().wrapping_add(1));
+                self.current.set(index);
                 continue;
             }
             // The actor leaves this thread's registers: save its control state before anyone
@@ -266,12 +286,34 @@ impl Worker {
                         return;
                     }
                     // A wake arrived since the actor decided to park: resume it.
+                    self.current.set(index);
                 }
                 INTENT_DONE => {
                     self.retire(index);
                     return;
                 }
                 other => unreachable!("smarm: actor switched back with unknown intent {other}"),
+            }
+        }
+    }
+
+    /// Binds the stack reserved at spawn to an actor that has never run.
+    ///
+    /// # Safety
+    /// The caller owns the actor's control block (it claimed the actor).
+    #[inline(always)]
+    unsafe fn bind_stack_if_fresh(&self, index: u32) {
+        let slot = self.shared.slab.slot(index);
+        let cell = slot.cell.get();
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            if (*cell).stack_len == 0 {
+                // First run: bind the stack its spawn reserved (the pool's hottest).
+                let stack = self.shared.stacks.take_reserved();
+                (*cell).sp = crate::context::init_stack(stack.top(), actor_entry, slot as *const Slot as *mut u8);
+                let (base, len) = stack.into_raw();
+                (*cell).stack_base = base;
+                (*cell).stack_len = len;
             }
         }
     }
@@ -300,8 +342,43 @@ impl Worker {
         Shared::retired(&self.shared, was_root);
     }
 
+    /// Moves lazy timeouts onto the wheel: those at least `LAZY_ARM_ROUNDS` rounds old, or
+    /// all of them (`all`, before this thread idles). Requests whose actor was woken or
+    /// disarmed meanwhile are dropped with one load each.
+    fn arm_timeouts(&self, all: bool) {
+        let mut q = self.pending_timeouts.borrow_mut();
+        if q.is_empty() {
+            return;
+        }
+        let sh = &*self.shared;
+        let tick = self.tick.get();
+        let mut now = None;
+        let mut earliest = false;
+        while let Some(&p) = q.front() {
+            if !all && tick.wrapping_sub(p.tick) < LAZY_ARM_ROUNDS {
+                break;
+            }
+            q.pop_front();
+            let slot = sh.slab.slot(p.index);
+            // Acquire: pairs with the Release store of PENDING (makes `lazy_timeout` visible).
+            if slot.lazy.load(Ordering::Acquire) != crate::timer::lazy_word(p.seq, crate::timer::LAZY_PENDING) {
+                continue;
+            }
+            // Woken already (QUEUED or running again): it disarms itself when it resumes.
+            let Some(pid) = sh.slab.parked_pid(p.index) else { continue };
+            let now = *now.get_or_insert_with(Instant::now);
+            earliest |= sh.timers.arm_lazy(self.shared_ptr(), slot, pid, p.seq, now);
+        }
+        drop(q);
+        if earliest && !all {
+            // As in `park_until`: an idle thread may be parked with a later timeout.
+            sh.wake_one();
+        }
+    }
+
     fn idle_wait(&self) {
         let sh = &*self.shared;
+        self.arm_timeouts(true);
         let inbox = &sh.inboxes[self.index];
         for _ in 0..IDLE_SPINS {
             if !sh.run_queue.is_empty() || !inbox.is_empty() {
@@ -343,6 +420,7 @@ pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
         tick: Cell::new(0),
         inbox_yielded: Cell::new(false),
         parked_unwinders: Cell::new(0),
+        pending_timeouts: RefCell::new(VecDeque::new()),
     };
     set_current_worker(&worker);
     let initial_fp = fp_control_read();
@@ -354,7 +432,10 @@ pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
 }
 
 /// First function on every actor stack (called by the trampoline with the slot).
-pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8) -> ! {
+pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usize) -> ! {
+    if resume_value != 0 {
+        finish_hand_off(resume_value);
+    }
     // SAFETY: the spawner passed the actor's slot, which lives as long as the runtime.
     let slot = unsafe { &*(arg as *const Slot) };
     let cell = slot.cell.get();
@@ -448,16 +529,29 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
     #[cfg(debug_assertions)]
     crate::sync::raw_mutex::order::assert_none_held();
     // SAFETY: we are the running actor; `sched_sp` was written by the switch that resumed us.
-    unsafe {
+    let resume_value = unsafe {
         (*cell).intent = intent;
-        switch_to_scheduler((*cell).sched_sp);
+        switch_to_scheduler((*cell).sched_sp)
+    };
+    resumed(slot, index, pin, resume_value);
+    slot
+}
+
+/// The common tail of every actor suspension, run once the actor is resumed: the debug
+/// checks of the thread-local rule, the pinned-unwinder count, and the bookkeeping of a
+/// hand-off that resumed us.
+#[inline(always)]
+fn resumed(slot: &Slot, index: u32, pin: u32, resume_value: usize) {
+    if resume_value != 0 {
+        finish_hand_off(resume_value);
     }
     #[cfg(debug_assertions)]
     {
+        let cell = slot.cell.get();
         let now = current_worker();
         // SAFETY: the thread we now run on has a live worker.
         let now = unsafe { &*now };
-        // SAFETY: we are running again; the scheduler that resumed us wrote assigned_thread.
+        // SAFETY: we are running again; whoever resumed us wrote assigned_thread.
         let assigned = unsafe { (*cell).assigned_thread };
         assert_eq!(
             now.index, assigned,
@@ -470,6 +564,8 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
             assert_eq!(now.index as u32, pin, "smarm: an unwinding actor migrated");
         }
     }
+    #[cfg(not(debug_assertions))]
+    let _ = (slot, index);
     if pin != UNPINNED {
         // Pinned, so this is the same thread (and worker) we left.
         let w = current_worker();
@@ -477,7 +573,84 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
         let w = unsafe { &*w };
         w.parked_unwinders.set(w.parked_unwinders.get() - 1);
     }
-    slot
+}
+
+/// Parks the running actor by handing this thread straight to the actor in the wake slot,
+/// without a round through the scheduler stack (two switches and a loop iteration saved
+/// per message hop). Returns None, having done nothing, when the scheduler must decide
+/// instead: the slot is empty or has had its `lifo_run_limit` turns, timers are due for a
+/// look, pinned actors wait in the inbox, or the parking actor is unwinding (it must be
+/// pinned, which the scheduler does).
+///
+/// The parking actor stays RUNNING until its context is saved: the actor we resume
+/// performs the park transition (`finish_hand_off`), exactly as the scheduler would after
+/// a switch back, so no waker can resume it while its stack is still in use.
+#[inline(always)]
+fn hand_off_park(w: &Worker) -> Option<&'static Slot> {
+    let next = w.wake_slot.get();
+    if next == NONE || w.lifo_runs.get() >= w.lifo_run_limit {
+        return None;
+    }
+    let sh = &*w.shared;
+    let tick = w.tick.get().wrapping_add(1);
+    if (tick % 64 == 0 && !sh.timers.is_empty()) || !sh.inboxes[w.index].is_empty() {
+        return None;
+    }
+    let index = w.current.get();
+    // SAFETY: as in `switch_out`: the slab outlives the runtime's actors.
+    let slot: &'static Slot = unsafe { &*(sh.slab.slot(index) as *const Slot) };
+    if actor_unwinding(slot) {
+        return None;
+    }
+    // Committed: the wake slot's occupant runs next, as the scheduler's step 3 would do.
+    w.wake_slot.set(NONE);
+    w.lifo_runs.set(w.lifo_runs.get() + 1);
+    w.tick.set(tick);
+    // Relaxed: published to wakers by the Release park transition in `finish_hand_off`.
+    if slot.pinned.load(Ordering::Relaxed) != UNPINNED {
+        slot.pinned.store(UNPINNED, Ordering::Relaxed);
+    }
+    sh.slab.claim(next);
+    let cell = slot.cell.get();
+    let next_cell = sh.slab.slot(next).cell.get();
+    // SAFETY: our own control block (we are RUNNING) and the claimed one of `next`.
+    unsafe {
+        w.bind_stack_if_fresh(next);
+        // Our floating-point control state leaves the registers: save it (see `run_actor`).
+        let fp = fp_control_read();
+        (*cell).fp = fp;
+        fp_control_switch(fp, (*next_cell).fp);
+        w.live_fp.set((*next_cell).fp);
+        (*next_cell).assigned_thread = w.index;
+        // `next` returns to the scheduler we would have returned to.
+        (*next_cell).sched_sp = (*cell).sched_sp;
+    }
+    w.current.set(next);
+    w.slice_start.set(0);
+    #[cfg(debug_assertions)]
+    crate::sync::raw_mutex::order::assert_none_held();
+    // SAFETY: `next` is claimed and its saved sp is a suspended context (or a fresh one just
+    // bound); its `sched_sp` is set; the resume value names us, and nobody can resume us
+    // before `next` has run `finish_hand_off` (we are RUNNING until then).
+    let resume_value = unsafe { crate::context::hand_off((*next_cell).sp, &raw mut (*cell).sp, index as usize + 1) };
+    resumed(slot, index, UNPINNED, resume_value);
+    Some(slot)
+}
+
+/// Run by the actor a hand-off resumed, before anything else: the park transition of the
+/// actor that handed over (named by `resume_value`, its index + 1), whose context is now
+/// saved. If a wake arrived since it decided to park, it is queued to run again.
+#[inline(never)]
+fn finish_hand_off(resume_value: usize) {
+    let prev = (resume_value - 1) as u32;
+    let w = current_worker();
+    // SAFETY: we are a running actor, so this thread has a live worker.
+    let sh = unsafe { &*w }.shared();
+    if !sh.slab.try_park(prev) {
+        // Woken meanwhile: still RUNNING (the flag consumed); make it runnable.
+        sh.slab.yield_queued(prev);
+        sh.run_queue.push(prev);
+    }
 }
 
 /// The reason the running actor has been asked to stop, if any (None off an actor).
@@ -587,8 +760,15 @@ pub(crate) fn park_current() {
     // An actor being shut down while it unwinds must not block on something that may never
     // come; it yields instead and its caller's loop re-checks.
     let cancelled = slot.cancel.load(Ordering::Acquire) != CANCEL_NONE;
-    let intent = if cancelled && actor_unwinding(slot) { INTENT_YIELD } else { INTENT_PARK };
-    let slot = switch_out(w, intent);
+    if cancelled && actor_unwinding(slot) {
+        let slot = switch_out(w, INTENT_YIELD);
+        check_cancelled(slot);
+        return;
+    }
+    let slot = match hand_off_park(w) {
+        Some(slot) => slot,
+        None => switch_out(w, INTENT_PARK),
+    };
     check_cancelled(slot);
 }
 
@@ -604,28 +784,125 @@ pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
     if now >= deadline {
         return false;
     }
-    let Some((shared, pid)) = current_actor_pid() else {
+    if park_timeout(deadline - now).is_none() {
         std::thread::park_timeout(deadline - now);
-        return true;
-    };
-    // SAFETY: the runtime outlives its running actor.
-    let sh = unsafe { &*shared };
-    let (key, earliest) = sh.timers.insert(deadline, super::Waiter::Actor { shared, pid });
-    if earliest {
-        // An idle thread may be parked with a later timeout (or none): make one re-arm.
-        sh.wake_one();
     }
-    // Removed on return or unwind, under the timer lock, before this actor can end: the
-    // timer never wakes a waiter that is gone (the `Waiter` contract).
-    struct Cancel<'a>(&'a Shared, crate::timer::TimerKey);
-    impl Drop for Cancel<'_> {
-        fn drop(&mut self) {
-            self.0.timers.cancel(self.1);
+    true
+}
+
+/// Parks the running actor until woken or until at least `timeout` has passed. Returns
+/// None, doing nothing, off an actor; otherwise whether the timeout fired. May return
+/// spuriously (`Some(false)` with nothing to see): callers re-check their condition.
+///
+/// The timeout is *lazy* (see "Lazy timeouts" in `timer`): the request is noted on this
+/// thread and put on the timer wheel only if the actor is still parked a couple of rounds
+/// later, counting from then, so it never fires early and a prompt wake costs no wheel
+/// traffic and no clock read.
+pub(crate) fn park_timeout(timeout: Duration) -> Option<bool> {
+    let w = current_worker();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: this thread's live worker; not used after the switch.
+    let w = unsafe { &*w };
+    let index = w.current.get();
+    if index == NONE {
+        return None;
+    }
+    // SAFETY: the slab outlives the runtime's actors (as in `switch_out`).
+    let slot: &'static Slot = unsafe { &*(w.shared.slab.slot(index) as *const Slot) };
+    // Relaxed: only this actor starts requests on its slot, and it ended the last one itself.
+    let seq = (slot.lazy.load(Ordering::Relaxed) >> 2) + 1;
+    // Relaxed: published by the Release store of the PENDING word just below.
+    slot.lazy_timeout.store(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    slot.lazy.store(crate::timer::lazy_word(seq, crate::timer::LAZY_PENDING), Ordering::Release);
+    w.pending_timeouts.borrow_mut().push_back(PendingTimeout { index, tick: w.tick.get(), seq });
+    /// Ends the request on return or unwind, before this actor can end: the wheel never
+    /// holds a timeout of an actor that is gone (the `Waiter` contract).
+    struct Disarm {
+        shared: *const Shared,
+        slot: &'static Slot,
+        seq: u64,
+    }
+    impl Disarm {
+        fn finish(&self) -> bool {
+            // SAFETY: the runtime outlives its running actor.
+            unsafe { &*self.shared }.timers.disarm_lazy(self.slot, self.seq)
         }
     }
-    let _cancel = Cancel(sh, key);
+    impl Drop for Disarm {
+        fn drop(&mut self) {
+            self.finish();
+        }
+    }
+    let guard = Disarm { shared: w.shared_ptr(), slot, seq };
     park_current();
-    true
+    let fired = guard.finish();
+    std::mem::forget(guard);
+    Some(fired)
+}
+
+/// How long a blocking receive may wait, in the form that costs the least: a relative
+/// timeout is handed to the lazy park timeout as is, and turned into a deadline (one clock
+/// read) only if the wait has to park a second time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WaitLimit {
+    /// No limit.
+    Forever,
+    /// Until this instant.
+    Until(Instant),
+    /// At most this long from now (nothing parked yet).
+    For(Duration),
+    /// Parked once for this long and woken without the timeout firing: from the next park
+    /// on it counts from a fresh clock read (so it may end a little late, never early).
+    Resumed(Duration),
+}
+
+impl WaitLimit {
+    /// A limit of `timeout` from now (None: forever).
+    pub(crate) fn from_timeout(timeout: Option<Duration>) -> WaitLimit {
+        timeout.map_or(WaitLimit::Forever, WaitLimit::For)
+    }
+
+    /// The limit as a deadline (reads the clock for a relative limit).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match *self {
+            WaitLimit::Forever => None,
+            WaitLimit::Until(d) => Some(d),
+            WaitLimit::For(t) | WaitLimit::Resumed(t) => Some(Instant::now() + t),
+        }
+    }
+
+    /// Parks the caller (actor or thread) within the limit. Returns true when the limit has
+    /// passed (the caller takes a last look at its condition and times out); false when
+    /// woken, possibly spuriously. Registers the caller's waiter before calling this.
+    pub(crate) fn park(&mut self) -> bool {
+        match *self {
+            WaitLimit::Forever => {
+                park_current();
+                false
+            }
+            WaitLimit::Until(d) => !park_until(Some(d)),
+            // A zero timeout polls: the limit has passed without parking.
+            WaitLimit::For(t) if t.is_zero() => true,
+            WaitLimit::For(t) => match park_timeout(t) {
+                Some(fired) => {
+                    *self = WaitLimit::Resumed(t);
+                    fired
+                }
+                None => {
+                    let d = Instant::now() + t;
+                    *self = WaitLimit::Until(d);
+                    !park_until(Some(d))
+                }
+            },
+            WaitLimit::Resumed(t) => {
+                let d = Instant::now() + t;
+                *self = WaitLimit::Until(d);
+                !park_until(Some(d))
+            }
+        }
+    }
 }
 
 /// Parks the calling actor for at least `d`; see [`crate::sleep`].
