@@ -50,6 +50,7 @@ mod error;
 pub mod gen_server;
 #[cfg(not(loom))]
 pub mod gen_statem;
+mod local_queue;
 mod loom_shim;
 #[cfg(not(loom))]
 mod mailbox;

@@ -332,12 +332,30 @@ fn rounding_mode_travels_with_actor_across_threads() {
             let movers: Vec<_> = [Rounding::TowardZero, Rounding::Up]
                 .into_iter()
                 .map(|mode| {
+                    // Yielded actors stay on their thread's local queue while every thread
+                    // is busy, so now and then the mover parks and is woken from a plain
+                    // thread: that wake goes to the shared queue, where either scheduler
+                    // thread may take it.
+                    let (req_tx, req_rx) = std::sync::mpsc::channel::<()>();
+                    let (reply_tx, reply_rx) = smarm::channel::channel::<()>();
+                    std::thread::spawn(move || {
+                        while req_rx.recv().is_ok() {
+                            if reply_tx.send(()).is_err() {
+                                break;
+                            }
+                        }
+                    });
                     smarm::spawn(move || {
                         let _g = ModeGuard::set(mode);
                         let mut thread = smarm::current_thread_index().expect("in an actor");
                         let mut migrations = 0usize;
                         for i in 0..MAX_YIELDS {
-                            smarm::yield_now();
+                            if i % 8 == 0 {
+                                req_tx.send(()).unwrap();
+                                reply_rx.recv().unwrap();
+                            } else {
+                                smarm::yield_now();
+                            }
                             assert_mode(mode, format_args!("{mode:?} actor after yield {i} ({migrations} migrations)"));
                             let now = smarm::current_thread_index().expect("in an actor");
                             if now != thread {
@@ -362,7 +380,7 @@ fn rounding_mode_travels_with_actor_across_threads() {
         })
         .unwrap();
     for (mode, n) in migrations {
-        assert!(n >= 1, "the {mode:?} actor never changed scheduler thread in {MAX_YIELDS} yields");
+        assert!(n >= 1, "the {mode:?} actor never changed scheduler thread in {MAX_YIELDS} switches");
     }
 }
 

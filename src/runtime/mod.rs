@@ -306,6 +306,9 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) slab: Slab,
     pub(crate) run_queue: RunQueue,
+    /// One per scheduler thread: work that thread queued for itself, stealable by the
+    /// others (see `local_queue`).
+    pub(crate) locals: Box<[crate::local_queue::LocalQueue]>,
     pub(crate) idle: Idle,
     /// One parker per scheduler thread, registered before the thread can sleep.
     pub(crate) parkers: Box<[park::Parker]>,
@@ -332,6 +335,7 @@ impl Shared {
         Shared {
             slab: Slab::new(config.max_actors),
             run_queue: RunQueue::new(config.max_actors),
+            locals: (0..config.threads).map(|_| crate::local_queue::LocalQueue::new()).collect(),
             idle: Idle::new(config.threads),
             parkers: (0..config.threads).map(|_| park::Parker::default()).collect(),
             unparks: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
@@ -468,10 +472,10 @@ impl Shared {
             let w = unsafe { &*w };
             if core::ptr::eq(w.shared_ptr(), self) {
                 if let Some(displaced) = w.put_in_wake_slot(index) {
-                    // Not woken: this thread is awake and reaches the shared queue itself
+                    // Not woken: this thread is awake and reaches its local queue itself
                     // (after `lifo_run_limit` slot runs at the latest); a sleeper is nudged
-                    // when the queue is found holding more than one job.
-                    self.run_queue.push(displaced);
+                    // when a queue is found holding more than one job.
+                    w.push_local(displaced);
                 }
                 return;
             }
@@ -630,9 +634,9 @@ impl Diagnostics {
     pub fn unparks(&self) -> Vec<usize> {
         self.shared.unparks.iter().map(|u| u.load(Ordering::Relaxed)).collect()
     }
-    /// Actors waiting in the shared run queue.
+    /// Actors waiting in the run queues (the shared one and every thread's local one).
     pub fn run_queue_len(&self) -> usize {
-        self.shared.run_queue.len()
+        self.shared.run_queue.len() + self.shared.locals.iter().map(|q| q.len()).sum::<usize>()
     }
     /// Deadlines on the runtime's timer wheel (armed timeouts, sleeps, `send_after`).
     /// Timed waits that end promptly never reach it (lazy timeouts, see the `timer` docs).

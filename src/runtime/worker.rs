@@ -12,20 +12,32 @@
 //! # The loop
 //!
 //! In order, each round takes the first of:
-//! 1. due timers (every 64 rounds, and whenever idle);
+//! 1. due timers (every 64 rounds, and whenever idle), then lazy timeouts old enough to arm
+//!    (see `timer`);
 //! 2. this thread's private inbox (actors pinned here while unwinding);
 //! 3. the wake slot, unless it has served `lifo_run_limit` runs in a row, in which case its
-//!    occupant goes to the shared queue and the queue is served instead;
-//! 4. the shared run queue; if more remain and a thread sleeps, nudge it;
-//! 5. otherwise go idle (`idle` module protocol), parked until woken or the next deadline.
+//!    occupant goes to this thread's local queue, behind the work it kept waiting;
+//! 4. this thread's local queue, then the shared run queue (every `GLOBAL_FIRST_INTERVAL`-th
+//!    round the other way round, so work queued from outside is never starved); if more
+//!    remain and a thread sleeps, nudge it (it will steal);
+//! 5. the oldest actor of another thread's local queue (a steal);
+//! 6. otherwise go idle (`idle` module protocol), parked until woken or the next deadline.
 //!
-//! # Wake slot
+//! # Where runnable actors go
 //!
-//! An actor woken by the actor running on this thread (`Shared::enqueue_woken`) is placed
-//! in the slot and runs next here, where its waker's data is in cache. What it displaces
-//! goes to the shared queue, never to private storage, so nothing is ever invisible to
-//! other threads for longer than one actor run. The slot is empty whenever the thread
-//! parks (it is drained by step 3 before step 5 is reached).
+//! - Woken by the actor running on this thread (`Shared::enqueue_woken`): the wake slot; it
+//!   runs next here, where its waker's data is in cache. When the waker parks, it hands the
+//!   thread straight to the slot's occupant (`hand_off_park`): one switch instead of two
+//!   and no scheduler round. What a new occupant displaces goes to the local queue.
+//! - Yielded here, or displaced: this thread's local queue (`local_queue`), which other
+//!   threads steal from, so nothing queued here is ever invisible to idle threads. Every
+//!   `GLOBAL_FIRST_INTERVAL`-th round a yield goes to the shared queue instead, so actors
+//!   also move between threads that are all busy (and never steal).
+//! - Spawned, or woken from another thread or a plain thread: the shared run queue, and a
+//!   sleeper is woken.
+//!
+//! The wake slot is empty whenever the thread parks (it is drained by step 3 before step 6
+//! is reached), and so is the local queue (step 4).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -43,6 +55,9 @@ use super::Shared;
 
 /// `Worker::current` / wake slot value for "none".
 const NONE: u32 = u32::MAX;
+
+/// Every this many rounds the shared run queue is served before the local one.
+const GLOBAL_FIRST_INTERVAL: u32 = 31;
 
 /// Rounds of looking at the queues before announcing sleep: a park/unpark pair costs a few
 /// microseconds of syscalls, which a message ping-pong between threads would pay per hop.
@@ -179,6 +194,13 @@ impl Worker {
         }
     }
 
+    /// Queues a runnable actor on this thread's local queue (the shared queue if full).
+    pub(crate) fn push_local(&self, index: u32) {
+        if let Err(index) = self.shared.locals[self.index].push(index) {
+            self.shared.run_queue.push(index);
+        }
+    }
+
     fn next_runnable(&self) -> Option<u32> {
         let sh = &*self.shared;
         let tick = self.tick.get().wrapping_add(1);
@@ -199,23 +221,46 @@ impl Worker {
                 return Some(slot);
             }
             // Fairness boundary: the slot has run `lifo_run_limit` times in a row; its
-            // occupant queues behind the shared work it has been keeping waiting.
-            sh.run_queue.push(slot);
+            // occupant queues behind the work it has been keeping waiting.
+            self.push_local(slot);
         }
         self.lifo_runs.set(0);
-        let Some(i) = sh.run_queue.pop() else { return sh.inboxes[self.index].pop() };
-        if !sh.run_queue.is_empty() {
-            if let Some(k) = sh.idle.nudge() {
-                sh.unpark(k);
+        let local = &sh.locals[self.index];
+        // Fairness between the queues: now and then the shared queue goes first, so work
+        // queued from outside is not starved by a thread that keeps refilling its own.
+        let found = if tick % GLOBAL_FIRST_INTERVAL == 0 {
+            sh.run_queue.pop().or_else(|| local.pop())
+        } else {
+            local.pop().or_else(|| sh.run_queue.pop())
+        };
+        if let Some(i) = found {
+            if !local.is_empty() || !sh.run_queue.is_empty() {
+                if let Some(k) = sh.idle.nudge() {
+                    sh.unpark(k);
+                }
             }
+            return Some(i);
         }
-        Some(i)
+        self.steal().or_else(|| sh.inboxes[self.index].pop())
+    }
+
+    /// Takes the oldest actor from another thread's local queue, trying each once.
+    fn steal(&self) -> Option<u32> {
+        let locals = &self.shared.locals;
+        let n = locals.len();
+        (1..n).find_map(|k| locals[(self.index + k) % n].pop())
+    }
+
+    /// True if some other thread's local queue holds work this thread could steal.
+    fn stealable(&self) -> bool {
+        self.shared.locals.iter().enumerate().any(|(k, q)| k != self.index && !q.is_empty())
     }
 
     /// Nothing but the current actor could run here now: its yield can resume it at once.
     fn nothing_else_runnable(&self) -> bool {
         let sh = &*self.shared;
         self.wake_slot.get() == NONE
+            && sh.locals[self.index].is_empty()
             && sh.run_queue.is_empty()
             && sh.inboxes[self.index].is_empty()
             // `next_runnable` would poll the timers at the next tick (it advances it first).
@@ -278,7 +323,14 @@ impl Worker {
                         return;
                     }
                     sh.slab.yield_queued(index);
-                    sh.run_queue.push(index);
+                    if self.tick.get() % GLOBAL_FIRST_INTERVAL == 0 {
+                        // Now and then a yield goes through the shared queue, where any
+                        // thread may take it: actors keep circulating between busy
+                        // threads (nobody steals from a thread that is never idle).
+                        sh.run_queue.push(index);
+                    } else {
+                        self.push_local(index);
+                    }
                     return;
                 }
                 INTENT_PARK => {
@@ -381,7 +433,7 @@ impl Worker {
         self.arm_timeouts(true);
         let inbox = &sh.inboxes[self.index];
         for _ in 0..IDLE_SPINS {
-            if !sh.run_queue.is_empty() || !inbox.is_empty() {
+            if !sh.run_queue.is_empty() || !inbox.is_empty() || self.stealable() {
                 return;
             }
             core::hint::spin_loop();
@@ -393,6 +445,7 @@ impl Worker {
         let has_work = || {
             !sh.run_queue.is_empty()
                 || !inbox.is_empty()
+                || self.stealable()
                 || sh.finished.load(Ordering::Acquire)
                 || sh.timers.due(Instant::now())
         };
@@ -645,11 +698,12 @@ fn finish_hand_off(resume_value: usize) {
     let prev = (resume_value - 1) as u32;
     let w = current_worker();
     // SAFETY: we are a running actor, so this thread has a live worker.
-    let sh = unsafe { &*w }.shared();
+    let w = unsafe { &*w };
+    let sh = w.shared();
     if !sh.slab.try_park(prev) {
         // Woken meanwhile: still RUNNING (the flag consumed); make it runnable.
         sh.slab.yield_queued(prev);
-        sh.run_queue.push(prev);
+        w.push_local(prev);
     }
 }
 
