@@ -17,6 +17,8 @@ const ALL_THREADS: u64 = (1 << THREADS) - 1;
 /// to wait for).
 const YIELDS: u32 = 2_000;
 const SLEEP: Duration = Duration::from_millis(1);
+/// Parks woken from a plain thread in the blocking sequence (after the sleep).
+const WOKEN_PARKS: u32 = 64;
 /// Before its sleep, a sequence under load yields until, in this many of the intervals
 /// between two of its resumes, busy actors were resumed on a thread other than the one it
 /// started on: the other thread was demonstrably serving the shared queue while it yielded,
@@ -83,7 +85,8 @@ impl Report {
 }
 
 /// Yields (`YIELDS` times, or under `load` until `ACTIVE_INTERVALS` intervals with busy
-/// actors running on another thread), sleeps `SLEEP`, yields `YIELDS` times,
+/// actors running on another thread), sleeps `SLEEP`, parks `WOKEN_PARKS` times woken from a
+/// plain thread, yields `YIELDS` times,
 /// noting after every resume which thread it is on and whether that thread is panicking.
 fn blocking_sequence(load: Option<&Load>) -> Report {
     let start_thread = thread_here();
@@ -135,6 +138,26 @@ fn blocking_sequence(load: Option<&Load>) -> Report {
     smarm::sleep(SLEEP);
     r.slept_in_full = before.elapsed() >= SLEEP;
     note(&mut r);
+    // Parks woken from a plain thread: such a wake goes to the shared queue (or, for an
+    // actor pinned while unwinding, to its thread's inbox), from which any thread may take
+    // an unpinned actor. Yields alone keep an actor on its thread's local queue while every
+    // thread is busy.
+    let (req_tx, req_rx) = std::sync::mpsc::channel::<()>();
+    let (reply_tx, reply_rx) = smarm::channel::channel::<()>();
+    let helper = std::thread::spawn(move || {
+        while req_rx.recv().is_ok() {
+            if reply_tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    for _ in 0..WOKEN_PARKS {
+        req_tx.send(()).expect("the waking thread ended");
+        let _ = reply_rx.recv();
+        note(&mut r);
+    }
+    drop(req_tx);
+    let _ = helper.join();
     for _ in 0..YIELDS {
         smarm::yield_now();
         note(&mut r);

@@ -424,7 +424,7 @@ impl Shared {
         // after it in its modification order, so a zero check can never miss it.
         self.live.fetch_add(1, Ordering::Relaxed);
         self.slab.publish_queued(index, gen);
-        self.run_queue.push(index);
+        self.push_spawned(index);
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
                          // Relaxed after the fence: see shutdown step 3.
         if self.shutting_down.load(Ordering::Relaxed) {
@@ -432,6 +432,23 @@ impl Shared {
             self.wake(pid);
         }
         Ok(JoinHandle::new(join, pid))
+    }
+
+    /// Queues a newly spawned actor: on the spawning thread's local queue when the spawner
+    /// runs on a scheduler thread of this runtime (FIFO with that thread's other work, so a
+    /// spawner that is preempted queues behind its children; idle threads steal), else on
+    /// the shared queue. The caller then wakes a sleeper.
+    fn push_spawned(&self, index: u32) {
+        let w = current_worker();
+        if !w.is_null() {
+            // SAFETY: this thread's live worker (no switch while we use it).
+            let w = unsafe { &*w };
+            if core::ptr::eq(w.shared_ptr(), self) {
+                w.push_local(index);
+                return;
+            }
+        }
+        self.run_queue.push(index);
     }
 
     /// After publishing stealable work: fence, then claim and unpark one sleeper.

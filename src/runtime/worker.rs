@@ -18,8 +18,9 @@
 //! 3. the wake slot, unless it has served `lifo_run_limit` runs in a row, in which case its
 //!    occupant goes to this thread's local queue, behind the work it kept waiting;
 //! 4. this thread's local queue, then the shared run queue (every `GLOBAL_FIRST_INTERVAL`-th
-//!    round the other way round, so work queued from outside is never starved); if more
-//!    remain and a thread sleeps, nudge it (it will steal);
+//!    round the other way round, so work queued from outside is never starved, and with a
+//!    rebalancing steal in between); if more remain and a thread sleeps, nudge it (it will
+//!    steal);
 //! 5. the oldest actor of another thread's local queue (a steal);
 //! 6. otherwise go idle (`idle` module protocol), parked until woken or the next deadline.
 //!
@@ -30,11 +31,15 @@
 //!   thread straight to the slot's occupant (`hand_off_park`): one switch instead of two
 //!   and no scheduler round. What a new occupant displaces goes to the local queue.
 //! - Yielded here, or displaced: this thread's local queue (`local_queue`), which other
-//!   threads steal from, so nothing queued here is ever invisible to idle threads. Every
-//!   `GLOBAL_FIRST_INTERVAL`-th round a yield goes to the shared queue instead, so actors
-//!   also move between threads that are all busy (and never steal).
-//! - Spawned, or woken from another thread or a plain thread: the shared run queue, and a
-//!   sleeper is woken.
+//!   threads steal from, so nothing queued here is ever invisible to idle threads. A yield
+//!   goes to the shared queue instead while that one holds work (older work that the
+//!   yielder must not keep overtaking). Every `GLOBAL_FIRST_INTERVAL`-th round a thread
+//!   also takes one actor from a local queue at least two longer than its own, so threads
+//!   that are all busy (and so never run dry and steal) still even out.
+//! - Spawned by an actor of this runtime: the spawning thread's local queue, and a sleeper
+//!   is woken (to steal).
+//! - Spawned from outside, or woken from another thread or a plain thread: the shared run
+//!   queue, and a sleeper is woken.
 //!
 //! The wake slot is empty whenever the thread parks (it is drained by step 3 before step 6
 //! is reached), and so is the local queue (step 4).
@@ -194,10 +199,23 @@ impl Worker {
         }
     }
 
-    /// Queues a runnable actor on this thread's local queue (the shared queue if full).
+    /// Queues a runnable actor on this thread's local queue. A full local queue first moves
+    /// its older half to the shared queue (in order), as tokio's does: the overflow then
+    /// waits in FIFO order with the shared queue's work instead of the newest work
+    /// overtaking it, and the local queue has room again.
     pub(crate) fn push_local(&self, index: u32) {
-        if let Err(index) = self.shared.locals[self.index].push(index) {
-            self.shared.run_queue.push(index);
+        let local = &self.shared.locals[self.index];
+        if let Err(index) = local.push(index) {
+            for _ in 0..crate::local_queue::CAP / 2 {
+                match local.pop() {
+                    Some(i) => self.shared.run_queue.push(i),
+                    None => break,
+                }
+            }
+            if let Err(index) = local.push(index) {
+                // Thieves cannot refill it, so only a CAP of 1 could get here.
+                self.shared.run_queue.push(index);
+            }
         }
     }
 
@@ -229,7 +247,7 @@ impl Worker {
         // Fairness between the queues: now and then the shared queue goes first, so work
         // queued from outside is not starved by a thread that keeps refilling its own.
         let found = if tick % GLOBAL_FIRST_INTERVAL == 0 {
-            sh.run_queue.pop().or_else(|| local.pop())
+            sh.run_queue.pop().or_else(|| self.rebalance()).or_else(|| local.pop())
         } else {
             local.pop().or_else(|| sh.run_queue.pop())
         };
@@ -251,6 +269,21 @@ impl Worker {
         (1..n).find_map(|k| locals[(self.index + k) % n].pop())
     }
 
+    /// Steals one actor from the longest other local queue if it holds at least two more
+    /// than ours: a thread that always has its own work never steals otherwise, so this is
+    /// what evens out threads that are all busy.
+    fn rebalance(&self) -> Option<u32> {
+        let locals = &self.shared.locals;
+        let mine = locals[self.index].len();
+        let (k, len) = locals
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| k != self.index)
+            .map(|(k, q)| (k, q.len()))
+            .max_by_key(|&(_, l)| l)?;
+        (len >= mine + 2).then(|| locals[k].pop()).flatten()
+    }
+
     /// True if some other thread's local queue holds work this thread could steal.
     fn stealable(&self) -> bool {
         self.shared.locals.iter().enumerate().any(|(k, q)| k != self.index && !q.is_empty())
@@ -267,6 +300,9 @@ impl Worker {
             && (self.tick.get().wrapping_add(1) % 64 != 0 || sh.timers.is_empty())
             // Lazy timeouts are armed by the scheduler round this fast path would skip.
             && self.pending_timeouts.borrow().is_empty()
+            // Nor would it rebalance: a thread whose one actor keeps yielding must still take
+            // work from a thread that has too much.
+            && (self.tick.get().wrapping_add(1) % GLOBAL_FIRST_INTERVAL != 0 || !self.stealable())
     }
 
     fn run_actor(&self, index: u32) {
@@ -323,13 +359,13 @@ impl Worker {
                         return;
                     }
                     sh.slab.yield_queued(index);
-                    if self.tick.get() % GLOBAL_FIRST_INTERVAL == 0 {
-                        // Now and then a yield goes through the shared queue, where any
-                        // thread may take it: actors keep circulating between busy
-                        // threads (nobody steals from a thread that is never idle).
-                        sh.run_queue.push(index);
-                    } else {
+                    if sh.run_queue.is_empty() {
                         self.push_local(index);
+                    } else {
+                        // Older work waits in the shared queue (spawns and wakes from
+                        // outside, a local queue's overflow): queue behind it, so a busy
+                        // yielder (or a preempted spawner) cannot keep overtaking it.
+                        sh.run_queue.push(index);
                     }
                     return;
                 }
