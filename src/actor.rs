@@ -37,6 +37,9 @@ pub(crate) const INTENT_PARK: u8 = 2;
 pub(crate) const INTENT_DONE: u8 = 3;
 
 /// The actor control block. See the module doc for ownership; all-zero is "empty".
+///
+/// Field order matters: the fields touched on every switch come first, so that together
+/// with the head of [`Slot`](crate::slot_state::Slot) they share one cache line.
 #[repr(C)]
 pub(crate) struct ActorCell {
     /// Saved sp while the actor is suspended.
@@ -44,27 +47,26 @@ pub(crate) struct ActorCell {
     /// Saved sp of the scheduler thread currently running the actor (written by
     /// `switch_to_actor`).
     pub(crate) sched_sp: usize,
-    /// The actor's stack as `Stack::into_raw` parts; `(0, 0)` when none.
-    pub(crate) stack_base: usize,
-    pub(crate) stack_len: usize,
-    /// The spawned task (closure + join packet), or None.
-    pub(crate) task: Option<NonNull<TaskHeader>>,
-    /// Set by the actor before switching back: `INTENT_*`.
-    pub(crate) intent: u8,
-    /// The root actor: its end starts the runtime's shutdown.
-    pub(crate) is_root: bool,
-    /// Nesting depth of `NoPreempt` guards.
-    pub(crate) no_preempt: u32,
-    /// Scheduler thread index that resumed the actor last (debug migration check).
-    pub(crate) assigned_thread: usize,
     /// The actor's saved floating-point control state (see `context`), valid while the
     /// actor is not live in some thread's registers.
     pub(crate) fp: crate::context::FpControl,
+    /// Scheduler thread index that resumed the actor last (debug migration check).
+    pub(crate) assigned_thread: usize,
+    /// Nesting depth of `NoPreempt` guards.
+    pub(crate) no_preempt: u32,
+    /// Set by the actor before switching back: `INTENT_*`.
+    pub(crate) intent: u8,
     /// This actor itself started a panic (or a cancellation) that may still be unwinding.
     pub(crate) unwinding: bool,
+    /// The root actor: its end starts the runtime's shutdown.
+    pub(crate) is_root: bool,
+    /// The actor's stack as `Stack::into_raw` parts; `(0, 0)` when none.
+    pub(crate) stack_len: usize,
+    pub(crate) stack_base: usize,
+    /// The spawned task (closure + join packet), or None.
+    pub(crate) task: Option<NonNull<TaskHeader>>,
 }
 
-/// Type-erased header at offset 0 of every `Task<F, T>`.
 #[repr(C)]
 pub(crate) struct TaskHeader {
     /// Runs the closure (or drops it if the actor was cancelled before starting) and

@@ -534,13 +534,48 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
     drop(timers);
     // Links: `Killed` propagates as `Killed` (trappable for the receivers).
     for l in links {
-        if let Some(lock) = proc_lock(sh, l) {
-            let mut slot = lock.lock();
-            if let Some(st) = slot.existing(l.generation()) {
-                st.links.retain(|p| *p != pid);
-            }
+        send_link_exit(sh, pid, l, reason);
+    }
+}
+
+/// The exit signal of a link: delivered only if `to` still holds its half of the link, and
+/// in the same critical section of `to`'s proc lock that removes it. `unlink` removes the
+/// half under that lock too, so once `unlink` has returned no signal of the link can reach
+/// the caller any more (SEMANTICS.md, links): either it was delivered (queued, or the stop
+/// requested) before, or it never will be.
+fn send_link_exit(sh: &Shared, from: Pid, to: Pid, reason: &DownReason) {
+    let Some(lock) = proc_lock(sh, to) else { return };
+    let stop_target = {
+        let mut slot = lock.lock();
+        if !alive_locked(sh, &slot, to) {
+            return;
         }
-        send_exit_signal(sh, pid, l, reason.clone());
+        let Some(st) = slot.existing(to.generation()) else { return };
+        let before = st.links.len();
+        st.links.retain(|p| *p != from);
+        if st.links.len() == before {
+            return; // unlinked meanwhile
+        }
+        if st.trap_exit {
+            if let Some(sink) = &st.sink {
+                // Mailbox locks rank above Process: queued under this lock.
+                sink.push_signal(Signal::Exit(Exit { from, reason: reason.clone() }));
+            }
+            false
+        } else if *reason == DownReason::Normal {
+            false
+        } else {
+            st.exit_reason = Some(reason.clone());
+            let cancel = &sh.slab.slot(to.index()).cancel;
+            // As in `stop`: a kill is never downgraded; Release publishes the reason.
+            if cancel.load(Ordering::Relaxed) != CANCEL_KILL {
+                cancel.store(CANCEL_EXIT, Ordering::Release);
+            }
+            true
+        }
+    };
+    if stop_target {
+        sh.wake(to);
     }
 }
 

@@ -102,21 +102,25 @@ pub(crate) const CANCEL_SHUTDOWN: u8 = 1;
 pub(crate) const CANCEL_KILL: u8 = 2;
 pub(crate) const CANCEL_EXIT: u8 = 3;
 
+/// One actor slot. `repr(C)` and line-aligned, hot fields first: the state word, `pinned`,
+/// `cancel` and the head of the control block (saved sps, FP state, intent) share the first
+/// cache line, which is all a wake, a switch and a resume touch.
+#[repr(C, align(64))]
 pub(crate) struct Slot {
     /// See the module doc.
     pub(crate) state: AtomicU64,
-    /// Free-list link (an index, or `u32::MAX` for the end). Only meaningful while FREE.
-    next_free: AtomicU32,
-    /// Non-zero when the actor must unwind at its next runtime call (`CANCEL_*`).
-    pub(crate) cancel: AtomicU8,
     /// Thread the actor must resume on, or `UNPINNED`. Set by the owning scheduler thread
     /// before the actor is published as QUEUED/PARKED (so a waker that acquired the state
     /// transition reads the current value); read by wakers to route the index.
     pub(crate) pinned: AtomicU32,
+    /// Non-zero when the actor must unwind at its next runtime call (`CANCEL_*`).
+    pub(crate) cancel: AtomicU8,
     /// The control block. Accessed only by the thread that owns the actor (the spawner
     /// before publication, then the scheduler thread that claimed it and the actor itself
     /// while it runs there).
     pub(crate) cell: core::cell::UnsafeCell<ActorCell>,
+    /// Free-list link (an index, or `u32::MAX` for the end). Only meaningful while FREE.
+    next_free: AtomicU32,
     /// Process state (links, monitors, name); see `process`. All-zero is valid: unlocked,
     /// rank `Process`, nothing allocated.
     pub(crate) proc: crate::process::ProcLock,
