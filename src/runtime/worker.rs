@@ -61,8 +61,11 @@ use super::Shared;
 /// `Worker::current` / wake slot value for "none".
 const NONE: u32 = u32::MAX;
 
-/// Every this many rounds the shared run queue is served before the local one.
-const GLOBAL_FIRST_INTERVAL: u32 = 31;
+/// Every this many rounds the shared run queue is served before the local one, and a
+/// thread rebalances. A power of two dividing the timer cadence (64): see
+/// `nothing_else_runnable`.
+const GLOBAL_FIRST_INTERVAL: u32 = 32;
+const _: () = assert!(GLOBAL_FIRST_INTERVAL.is_power_of_two() && 64 % GLOBAL_FIRST_INTERVAL == 0);
 
 /// Rounds of looking at the queues before announcing sleep: a park/unpark pair costs a few
 /// microseconds of syscalls, which a message ping-pong between threads would pay per hop.
@@ -290,19 +293,28 @@ impl Worker {
     }
 
     /// Nothing but the current actor could run here now: its yield can resume it at once.
+    ///
+    /// Every `GLOBAL_FIRST_INTERVAL`-th tick the answer is also no if the full round the
+    /// fast path would skip has something to do at that cadence: poll the timers (their
+    /// cadence, 64, is a multiple), arm lazy timeouts, or rebalance. One power-of-two test
+    /// keeps those three checks off the other ticks.
+    #[inline(always)]
     fn nothing_else_runnable(&self) -> bool {
         let sh = &*self.shared;
         self.wake_slot.get() == NONE
             && sh.locals[self.index].is_empty()
             && sh.run_queue.is_empty()
             && sh.inboxes[self.index].is_empty()
-            // `next_runnable` would poll the timers at the next tick (it advances it first).
-            && (self.tick.get().wrapping_add(1) % 64 != 0 || sh.timers.is_empty())
-            // Lazy timeouts are armed by the scheduler round this fast path would skip.
-            && self.pending_timeouts.borrow().is_empty()
-            // Nor would it rebalance: a thread whose one actor keeps yielding must still take
-            // work from a thread that has too much.
-            && (self.tick.get().wrapping_add(1) % GLOBAL_FIRST_INTERVAL != 0 || !self.stealable())
+            // `next_runnable` advances the tick first: test the tick it would use.
+            && (self.tick.get().wrapping_add(1) % GLOBAL_FIRST_INTERVAL != 0 || !self.round_due())
+    }
+
+    /// The full round has periodic work: due-timer polling, lazy timeouts to arm, or a
+    /// rebalancing steal.
+    #[cold]
+    #[inline(never)]
+    fn round_due(&self) -> bool {
+        !self.shared.timers.is_empty() || !self.pending_timeouts.borrow().is_empty() || self.stealable()
     }
 
     fn run_actor(&self, index: u32) {
