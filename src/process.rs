@@ -232,6 +232,10 @@ impl ProcSlot {
 static NEXT_MONITOR: AtomicU64 = AtomicU64::new(1);
 
 fn proc_lock(sh: &Shared, pid: Pid) -> Option<&ProcLock> {
+    // A pid of another runtime names no actor here, whatever its index.
+    if !sh.slab.owns(pid) {
+        return None;
+    }
     sh.slab.try_slot(pid.index()).map(|s| &s.proc)
 }
 

@@ -60,19 +60,22 @@ fn make(gen: u32, state: u64) -> u64 {
     ((gen as u64) << GEN_SHIFT) | state
 }
 
-/// An actor's identity: a slot index plus the generation of that slot's occupancy.
+/// An actor's identity: its runtime, a slot index and the generation of that slot's
+/// occupancy.
 ///
-/// Opaque: compare, hash, print and pass it around. Printed Erlang-style as `<0.index.gen>`.
+/// Opaque: compare, hash, print and pass it around. Printed Erlang-style as `<0.index.gen>`
+/// (the node part is always 0, the local node). The runtime is part of the value: pids of two
+/// runtimes in one process never compare equal, and a runtime treats a pid of another one
+/// as a pid of no live actor (a `monitor` gets `NoProc`, a send does nothing), even where the
+/// printed forms coincide.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Pid {
+    rt: u32,
     index: u32,
     gen: u32,
 }
 
 impl Pid {
-    pub(crate) fn new(index: u32, gen: u32) -> Pid {
-        Pid { index, gen }
-    }
     pub(crate) fn index(self) -> u32 {
         self.index
     }
@@ -148,6 +151,8 @@ pub(crate) enum Wake {
 const NIL: u32 = u32::MAX;
 
 pub(crate) struct Slab {
+    /// This runtime's identity, carried by every pid it hands out.
+    rt: u32,
     slots: crate::zeroed::Zeroed<Slot>,
     /// Treiber stack of freed slots (LIFO: a recently freed slot's control block is warm).
     free_head: AtomicU64,
@@ -168,7 +173,23 @@ impl Slab {
 
     pub(crate) fn new(len: usize) -> Slab {
         assert!(len > 0 && len <= Self::MAX);
-        Slab { slots: zeroed_slots(len), free_head: AtomicU64::new(NIL as u64), fresh: AtomicU64::new(0) }
+        /// Runtime identities, unique within the process (wrapping after 2^32 runtimes).
+        static NEXT_RT: AtomicU32 = AtomicU32::new(1);
+        // Relaxed: only uniqueness matters, which the RMW gives.
+        let rt = NEXT_RT.fetch_add(1, Ordering::Relaxed);
+        Slab { rt, slots: zeroed_slots(len), free_head: AtomicU64::new(NIL as u64), fresh: AtomicU64::new(0) }
+    }
+
+    /// The pid of occupancy `gen` of slot `index` of this runtime.
+    #[inline]
+    pub(crate) fn pid(&self, index: u32, gen: u32) -> Pid {
+        Pid { rt: self.rt, index, gen }
+    }
+
+    /// True if `pid` was handed out by this runtime (whether or not it is still live).
+    #[inline]
+    pub(crate) fn owns(&self, pid: Pid) -> bool {
+        pid.rt == self.rt
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -230,7 +251,7 @@ impl Slab {
     pub(crate) fn parked_pid(&self, index: u32) -> Option<Pid> {
         // Relaxed: a hint; whoever acts on it re-validates under a lock or with an RMW.
         let cur = self.slot(index).state.load(Ordering::Relaxed);
-        (state_of(cur) == PARKED).then(|| Pid::new(index, gen_of(cur)))
+        (state_of(cur) == PARKED).then(|| self.pid(index, gen_of(cur)))
     }
 
     /// QUEUED -> RUNNING for the thread that popped `index` from a queue.
@@ -299,6 +320,9 @@ impl Slab {
 
     /// Wakes the actor `pid` if it is still that occupancy. See [`Wake`].
     pub(crate) fn wake(&self, pid: Pid) -> Wake {
+        if !self.owns(pid) {
+            return Wake::Gone;
+        }
         let Some(slot) = self.slots.get(pid.index as usize) else { return Wake::Gone };
         // Acquire: to observe the parker's Release (PARKED) before our RMW continues it.
         let mut cur = slot.state.load(Ordering::Acquire);
@@ -324,17 +348,18 @@ impl Slab {
 
     /// Whether `pid` is a live occupancy (not FREE or DONE, same generation). A snapshot.
     pub(crate) fn is_live(&self, pid: Pid) -> bool {
-        self.slots.get(pid.index as usize).is_some_and(|s| {
-            let w = s.state.load(Ordering::Acquire);
-            gen_of(w) == pid.gen && matches!(state_of(w), QUEUED | RUNNING | PARKED)
-        })
+        self.owns(pid)
+            && self.slots.get(pid.index as usize).is_some_and(|s| {
+                let w = s.state.load(Ordering::Acquire);
+                gen_of(w) == pid.gen && matches!(state_of(w), QUEUED | RUNNING | PARKED)
+            })
     }
 
     /// The live pid in slot `index`, if any (used by the shutdown sweep).
     pub(crate) fn live_pid(&self, index: u32) -> Option<Pid> {
         // Acquire: pairs with `publish_queued`.
         let w = self.slot(index).state.load(Ordering::Acquire);
-        matches!(state_of(w), QUEUED | RUNNING | PARKED).then(|| Pid::new(index, gen_of(w)))
+        matches!(state_of(w), QUEUED | RUNNING | PARKED).then(|| self.pid(index, gen_of(w)))
     }
 
     fn pop_free(&self) -> Option<u32> {
@@ -409,7 +434,7 @@ mod tests {
         let slab = Slab::new(4);
         let (i, g) = slab.alloc().unwrap();
         slab.publish_queued(i, g);
-        let old = Pid::new(i, g);
+        let old = slab.pid(i, g);
         slab.claim(i);
         slab.mark_done(i);
         slab.free(i);
@@ -419,7 +444,7 @@ mod tests {
         slab.publish_queued(i2, g2);
         assert_eq!(slab.wake(old), Wake::Gone);
         assert!(!slab.is_live(old));
-        assert!(slab.is_live(Pid::new(i2, g2)));
+        assert!(slab.is_live(slab.pid(i2, g2)));
     }
 
     #[test]
@@ -427,7 +452,7 @@ mod tests {
         let slab = Slab::new(1);
         let (i, g) = slab.alloc().unwrap();
         slab.publish_queued(i, g);
-        let pid = Pid::new(i, g);
+        let pid = slab.pid(i, g);
         slab.claim(i);
         // wake arrives while running: park must not park
         assert_eq!(slab.wake(pid), Wake::Notified);

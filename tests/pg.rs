@@ -115,8 +115,6 @@ fn join_of_a_stale_pid_is_noproc() {
 }
 
 #[test]
-#[ignore = "gap: pg::join takes any Pid; a pid of another runtime is looked up in this runtime's slab, so it \
-            is accepted whenever a live local actor has the same slot index and generation"]
 fn join_of_a_pid_from_another_runtime_is_refused() {
     // A pid of a live actor in another runtime.
     let (pid_tx, pid_rx) = std::sync::mpsc::channel::<Pid>();
@@ -134,7 +132,12 @@ fn join_of_a_pid_from_another_runtime_is_refused() {
     run(move || {
         // A local actor in the same slot with the same generation.
         let (local, _go) = member();
-        assert_eq!(local.pid(), foreign, "setup: the local actor does not alias the foreign pid");
+        assert_eq!(
+            local.pid().to_string(),
+            foreign.to_string(),
+            "setup: the local actor is not in the foreign pid's slot and generation"
+        );
+        assert_ne!(local.pid(), foreign, "pids of two runtimes compared equal");
         assert_eq!(pg::join("g", foreign), Err(PgError::NoProc), "a pid of another runtime was joined");
     });
     stop_tx.send(()).unwrap();

@@ -1664,3 +1664,35 @@ fn timers_aimed_at_an_actor_are_cancelled_when_it_exits() {
         assert_eq!(smarm::cancel_timer(t2), None, "the timer outlived its target");
     });
 }
+
+/// A pid of another runtime names no actor here, even when a local actor occupies the same
+/// slot with the same generation: monitor reports NoProc, link refuses, kill does nothing.
+#[test]
+fn a_pid_of_another_runtime_names_no_local_actor() {
+    let (pid_tx, pid_rx) = std::sync::mpsc::channel::<Pid>();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        Runtime::builder().threads(1).build().unwrap().run(move || {
+            let h = smarm::spawn(move || {
+                let _ = stop_rx.recv();
+            });
+            pid_tx.send(h.pid()).unwrap();
+            h.join().unwrap();
+        })
+    });
+    let foreign = pid_rx.recv().unwrap();
+    run(move || {
+        let (go_tx, go_rx) = oneshot::<()>();
+        let local = smarm::spawn(move || go_rx.recv().unwrap());
+        assert_eq!(local.pid().to_string(), foreign.to_string(), "setup: no local alias of the foreign pid");
+        assert_ne!(local.pid(), foreign);
+        smarm::monitor(foreign);
+        assert_eq!(next_down().reason, DownReason::NoProc);
+        assert_eq!(smarm::link(foreign), Err(DownReason::NoProc));
+        smarm::kill(foreign);
+        go_tx.send(()).unwrap();
+        assert_eq!(local.join(), Ok(()), "a kill of a foreign pid reached the local alias");
+    });
+    stop_tx.send(()).unwrap();
+    other.join().unwrap().unwrap();
+}

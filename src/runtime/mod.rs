@@ -396,7 +396,7 @@ impl Shared {
             self.slab.unalloc(index);
             return Err(SpawnError::Stack(e));
         }
-        let pid = Pid::new(index, gen);
+        let pid = self.slab.pid(index, gen);
         let (task, join) = actor::new_task(make(self, pid));
         let slot = self.slab.slot(index);
         // SAFETY: the slot was just popped from the free list, so it is FREE and ours alone

@@ -173,7 +173,7 @@ impl Worker {
         }
         // Relaxed: the running actor's generation cannot change under it.
         let gen = (self.shared.slab.slot(i).state.load(Ordering::Relaxed) >> 32) as u32;
-        Some(Pid::new(i, gen))
+        Some(self.shared.slab.pid(i, gen))
     }
 
     /// This thread's scheduling-round counter (advances once per round of the loop). The
