@@ -73,6 +73,13 @@
 //! scheduler as the result of its `switch_to_actor` call. No thread-local is touched by the
 //! switch itself, so an actor may be resumed by any scheduler thread.
 //!
+//! An actor may also switch straight to another actor ([`hand_off`], the same asm routine):
+//! it saves its own sp into its control block, copies its `sched_sp` to the target (which
+//! will return to that same scheduler), and passes a non-zero *resume value* that the
+//! target's pending switch call returns (rax), naming the actor whose post-switch
+//! bookkeeping the target must do. A scheduler resumes with 0, so every suspension point
+//! knows who resumed it.
+//!
 //! # Thread-locals and migration (the rule)
 //!
 //! LLVM treats the address of a thread-local as a constant within a function: it may

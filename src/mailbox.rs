@@ -135,7 +135,7 @@ impl<M: Send + 'static> SignalSink for MailboxInner<M> {
     }
 }
 
-/// An actor's own mailbox (given to the body by [`spawn_actor`]).
+/// An actor's own mailbox (given to the body by [`spawn_actor`](crate::spawn_actor)).
 pub struct Mailbox<M> {
     inner: Arc<MailboxInner<M>>,
 }

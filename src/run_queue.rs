@@ -1,12 +1,19 @@
 //! The shared run queue: runnable actor slot indices, taken by any scheduler thread.
 //!
+//! Since the per-thread local queues (`local_queue`), this queue carries the work queued
+//! from outside a thread's own loop: spawns and wakes from other threads or plain threads,
+//! a full local queue's overflow, and yields while it already holds work. Yields, displaced
+//! wakes and spawns by actors mostly stay in local queues, so the backend choice below
+//! matters less than it did when this queue carried everything (outputs/history.md,
+//! findings 14 and 17).
+//!
 //! # Backends
 //!
 //! Cargo features, exactly one enabled (checked below); `RunQueue` names the selected one.
 //! All three share one interface (`new(capacity)`, `push`, `pop`, `len`, `is_empty`), and all
 //! three are compiled and unit-tested in every build, whichever one the runtime uses.
 //!
-//! - `rq-mpmc` (default): [`MpmcRing`], Dmitry Vyukov's bounded MPMC queue
+//! - `rq-mpmc` (default): `MpmcRing`, Dmitry Vyukov's bounded MPMC queue
 //!   (<https://www.1024cores.net/home/lock-free-algorithms/queues/bounded-mpmc-queue>),
 //!   sized to `max_actors` rounded up to a power of two. Lock-free and FIFO (an actor waits
 //!   behind exactly the actors queued before it). Every push and pop is a CAS on one of two

@@ -34,11 +34,15 @@ struct Inner<T> {
 /// Frees the cell.
 ///
 /// # Safety
-/// `inner` came from `Box::into_raw` in [`oneshot`], both ends are done, and the caller is
+/// `inner` came from `alloc_block` in [`oneshot`], both ends are done, and the caller is
 /// the one that observed the other end done (see the module doc); no guard is alive.
 unsafe fn free<T>(inner: NonNull<Inner<T>>) {
-    // SAFETY: forwarded from the caller.
-    drop(unsafe { Box::from_raw(inner.as_ptr()) });
+    // SAFETY: forwarded from the caller: the cell is initialised and nobody uses it again;
+    // it came from `alloc_block` with this layout (see `oneshot`).
+    unsafe {
+        core::ptr::drop_in_place(inner.as_ptr());
+        crate::runtime::free_block(inner.as_ptr() as *mut u8, std::alloc::Layout::new::<Inner<T>>());
+    }
 }
 
 /// Creates a oneshot channel.
@@ -51,14 +55,21 @@ unsafe fn free<T>(inner: NonNull<Inner<T>>) {
 /// });
 /// ```
 pub fn oneshot<T: Send>() -> (OneshotSender<T>, OneshotReceiver<T>) {
-    let inner = Box::new(Inner {
-        state: RawMutex::new(
-            Rank::Primitive,
-            State { value: None, sender_alive: true, receiver_alive: true, waiter: None },
-        ),
-    });
-    // SAFETY: Box::into_raw never returns null.
-    let inner = unsafe { NonNull::new_unchecked(Box::into_raw(inner)) };
+    // The cell comes from the scheduler thread's block cache (a call creates one per
+    // request): no malloc/free pair on the hot path once warm.
+    let layout = std::alloc::Layout::new::<Inner<T>>();
+    let Some(inner) = NonNull::new(crate::runtime::alloc_block(layout) as *mut Inner<T>) else {
+        std::alloc::handle_alloc_error(layout)
+    };
+    // SAFETY: a fresh block of `layout`'s size and alignment, ours to initialise.
+    unsafe {
+        inner.as_ptr().write(Inner {
+            state: RawMutex::new(
+                Rank::Primitive,
+                State { value: None, sender_alive: true, receiver_alive: true, waiter: None },
+            ),
+        })
+    };
     (OneshotSender { inner, sent: false }, OneshotReceiver { inner, done: Cell::new(false) })
 }
 

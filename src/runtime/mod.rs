@@ -52,7 +52,9 @@ use crate::slot_state::{Pid, Slab, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDO
 use crate::stack::StackPool;
 use crate::timer::Timers;
 use idle::Idle;
-pub(crate) use worker::{current_actor_pid as current_shared, current_worker, park_current, park_until, WaitLimit};
+pub(crate) use worker::{
+    alloc_block, current_actor_pid as current_shared, current_worker, free_block, park_current, park_until, WaitLimit,
+};
 
 /// Smallest stack an actor can start, panic, print and unwind on.
 pub const MIN_STACK_SIZE: usize = 32 * 1024;

@@ -43,6 +43,18 @@
 //!
 //! The wake slot is empty whenever the thread parks (it is drained by step 3 before step 6
 //! is reached), and so is the local queue (step 4).
+//!
+//! # Departures from DESIGN.md, and why
+//!
+//! - DESIGN.md sends what the wake slot displaces "to the shared queue, never to private
+//!   storage". Here it goes to the thread's local queue, which is not private: any thread
+//!   steals from it, an idle thread finds it (`stealable` is part of the idle re-check), and
+//!   a thread with more than one queued job nudges a sleeper. The one shared ring made every
+//!   yield and spawn a cross-core cache-line transfer at 2T (`yield_many` 2T 4.4x tokio,
+//!   outputs/history.md findings 15 and 17).
+//! - A parking actor may hand the thread straight to the wake slot's occupant instead of
+//!   returning to the scheduler stack (`hand_off_park`); the slot, the lifo limit, the timer
+//!   cadence and the pinned inbox are honoured exactly as a scheduler round would (finding 16).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -126,6 +138,96 @@ pub(crate) struct Worker {
     /// Lazy park timeouts requested by actors that parked on this thread, oldest first
     /// (see "Lazy timeouts" in the `timer` module doc).
     pending_timeouts: RefCell<VecDeque<PendingTimeout>>,
+    /// Free blocks per size class (see [`alloc_block`]): intrusive lists through each
+    /// block's first word, and their lengths.
+    block_heads: [Cell<*mut u8>; BLOCK_CLASSES.len()],
+    block_counts: [Cell<u32>; BLOCK_CLASSES.len()],
+}
+
+/// Size classes of the per-thread block cache (bytes; every block is 16-byte aligned).
+const BLOCK_CLASSES: [usize; 3] = [64, 128, 256];
+/// Blocks kept per class and thread; more are returned to the global allocator.
+const BLOCK_CACHE_MAX: u32 = 64;
+
+/// The class layout for `layout`, if the cache serves it (folds to a constant for a
+/// constant layout).
+#[inline(always)]
+fn block_class(layout: std::alloc::Layout) -> Option<(usize, std::alloc::Layout)> {
+    if layout.align() > 16 || layout.size() == 0 {
+        return None;
+    }
+    let c = BLOCK_CLASSES.iter().position(|&size| layout.size() <= size)?;
+    // A power of two >= 16 with alignment 16: always a valid layout.
+    Some((c, std::alloc::Layout::from_size_align(BLOCK_CLASSES[c], 16).ok()?))
+}
+
+/// Allocates a block for `layout` (non-zero size), from this scheduler thread's cache when
+/// it has one of the right class. For the short-lived cells of a request/reply (a call's
+/// oneshot), whose malloc + free was ~10 % of a gen_server call (outputs/history.md,
+/// finding 16). Free it with [`free_block`] and the same layout, from any thread.
+#[inline]
+pub(crate) fn alloc_block(layout: std::alloc::Layout) -> *mut u8 {
+    let Some((c, class)) = block_class(layout) else {
+        // SAFETY: the callers never pass a zero-size layout.
+        return unsafe { std::alloc::alloc(layout) };
+    };
+    let w = current_worker();
+    if !w.is_null() {
+        // SAFETY: this thread's live worker; its cells are only touched by this thread.
+        let w = unsafe { &*w };
+        let head = w.block_heads[c].get();
+        if !head.is_null() {
+            // SAFETY: a cached free block; its first word holds the next free block.
+            w.block_heads[c].set(unsafe { *(head as *mut *mut u8) });
+            w.block_counts[c].set(w.block_counts[c].get() - 1);
+            return head;
+        }
+    }
+    // SAFETY: the class layout has a non-zero size.
+    unsafe { std::alloc::alloc(class) }
+}
+
+/// Frees a block from [`alloc_block`].
+///
+/// # Safety
+/// `ptr` came from `alloc_block(layout)` with this `layout` and is not used afterwards.
+#[inline]
+pub(crate) unsafe fn free_block(ptr: *mut u8, layout: std::alloc::Layout) {
+    let Some((c, class)) = block_class(layout) else {
+        // SAFETY: forwarded: allocated by the global allocator with `layout`.
+        return unsafe { std::alloc::dealloc(ptr, layout) };
+    };
+    let w = current_worker();
+    if !w.is_null() {
+        // SAFETY: this thread's live worker.
+        let w = unsafe { &*w };
+        if w.block_counts[c].get() < BLOCK_CACHE_MAX {
+            // SAFETY: the block is ours now and at least 64 bytes, 16-aligned.
+            unsafe { *(ptr as *mut *mut u8) = w.block_heads[c].get() };
+            w.block_heads[c].set(ptr);
+            w.block_counts[c].set(w.block_counts[c].get() + 1);
+            return;
+        }
+    }
+    // SAFETY: every block of this class was allocated with the class layout.
+    unsafe { std::alloc::dealloc(ptr, class) }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        for (c, head) in self.block_heads.iter().enumerate() {
+            let class = std::alloc::Layout::from_size_align(BLOCK_CLASSES[c], 16).expect("class layout");
+            let mut p = head.get();
+            while !p.is_null() {
+                // SAFETY: a cached free block of this class; read its link before freeing.
+                unsafe {
+                    let next = *(p as *mut *mut u8);
+                    std::alloc::dealloc(p, class);
+                    p = next;
+                }
+            }
+        }
+    }
 }
 
 /// A lazy park timeout not yet on the wheel.
@@ -522,6 +624,8 @@ pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
         inbox_yielded: Cell::new(false),
         parked_unwinders: Cell::new(0),
         pending_timeouts: RefCell::new(VecDeque::new()),
+        block_heads: Default::default(),
+        block_counts: Default::default(),
     };
     set_current_worker(&worker);
     let initial_fp = fp_control_read();
@@ -1069,7 +1173,7 @@ fn current_guard() -> Option<(usize, usize, u32, u32, usize)> {
 
 /// The scheduler thread index recorded in the running actor's control block by the
 /// scheduler that resumed it (the scheduler's notion of where the actor runs), for tests
-/// that compare it with [`current_worker`]'s (the thread-local's notion).
+/// that compare it with `current_worker`'s (the thread-local's notion).
 pub fn scheduler_assigned_thread() -> Option<usize> {
     let w = current_worker();
     if w.is_null() {
