@@ -157,8 +157,14 @@ fn block_class(layout: std::alloc::Layout) -> Option<(usize, std::alloc::Layout)
         return None;
     }
     let c = BLOCK_CLASSES.iter().position(|&size| layout.size() <= size)?;
-    // A power of two >= 16 with alignment 16: always a valid layout.
-    Some((c, std::alloc::Layout::from_size_align(BLOCK_CLASSES[c], 16).ok()?))
+    Some((c, class_layout(c)))
+}
+
+/// The layout every block of class `c` is allocated with.
+#[inline(always)]
+fn class_layout(c: usize) -> std::alloc::Layout {
+    // A power of two >= 64 with alignment 16: always a valid layout.
+    std::alloc::Layout::from_size_align(BLOCK_CLASSES[c], 16).expect("block class layout")
 }
 
 /// Allocates a block for `layout` (non-zero size), from this scheduler thread's cache when
@@ -216,7 +222,7 @@ pub(crate) unsafe fn free_block(ptr: *mut u8, layout: std::alloc::Layout) {
 impl Drop for Worker {
     fn drop(&mut self) {
         for (c, head) in self.block_heads.iter().enumerate() {
-            let class = std::alloc::Layout::from_size_align(BLOCK_CLASSES[c], 16).expect("class layout");
+            let class = class_layout(c);
             let mut p = head.get();
             while !p.is_null() {
                 // SAFETY: a cached free block of this class; read its link before freeing.
