@@ -428,14 +428,8 @@ impl Worker {
     fn run_actor(&self, index: u32) {
         let sh = &*self.shared;
         sh.slab.claim(index);
-        let cell = sh.slab.slot(index).cell.get();
         // SAFETY: we claimed the actor (QUEUED -> RUNNING), so its control block is ours.
-        unsafe {
-            self.bind_stack_if_fresh(index);
-            fp_control_switch(self.live_fp.get(), (*cell).fp);
-            self.live_fp.set((*cell).fp);
-            (*cell).assigned_thread = self.index;
-        }
+        unsafe { self.prepare_to_run(index) };
         self.current.set(index);
         loop {
             let index = self.current.get();
@@ -505,12 +499,15 @@ impl Worker {
         }
     }
 
-    /// Binds the stack reserved at spawn to an actor that has never run.
+    /// Makes a claimed actor ready to be resumed on this thread: binds the stack reserved
+    /// at spawn if it has never run, loads its floating-point control state (only if it
+    /// differs from the live one), and records this thread as its own.
     ///
     /// # Safety
-    /// The caller owns the actor's control block (it claimed the actor).
+    /// The caller owns the actor's control block (it claimed the actor), and `live_fp` is
+    /// exact (the previous actor's state was saved).
     #[inline(always)]
-    unsafe fn bind_stack_if_fresh(&self, index: u32) {
+    unsafe fn prepare_to_run(&self, index: u32) {
         let slot = self.shared.slab.slot(index);
         let cell = slot.cell.get();
         // SAFETY: forwarded from the caller.
@@ -523,6 +520,9 @@ impl Worker {
                 (*cell).stack_base = base;
                 (*cell).stack_len = len;
             }
+            fp_control_switch(self.live_fp.get(), (*cell).fp);
+            self.live_fp.set((*cell).fp);
+            (*cell).assigned_thread = self.index;
         }
     }
 
@@ -826,13 +826,11 @@ fn hand_off_park(w: &Worker) -> Option<&'static Slot> {
     let next_cell = sh.slab.slot(next).cell.get();
     // SAFETY: our own control block (we are RUNNING) and the claimed one of `next`.
     unsafe {
-        w.bind_stack_if_fresh(next);
         // Our floating-point control state leaves the registers: save it (see `run_actor`).
         let fp = fp_control_read();
         (*cell).fp = fp;
-        fp_control_switch(fp, (*next_cell).fp);
-        w.live_fp.set((*next_cell).fp);
-        (*next_cell).assigned_thread = w.index;
+        w.live_fp.set(fp);
+        w.prepare_to_run(next);
         // `next` returns to the scheduler we would have returned to.
         (*next_cell).sched_sp = (*cell).sched_sp;
     }
@@ -1102,16 +1100,15 @@ impl WaitLimit {
                     *self = WaitLimit::Resumed(t);
                     fired
                 }
+                // Off an actor: a thread parks against a deadline.
                 None => {
-                    let d = Instant::now() + t;
-                    *self = WaitLimit::Until(d);
-                    !park_until(Some(d))
+                    *self = WaitLimit::Until(Instant::now() + t);
+                    self.park()
                 }
             },
             WaitLimit::Resumed(t) => {
-                let d = Instant::now() + t;
-                *self = WaitLimit::Until(d);
-                !park_until(Some(d))
+                *self = WaitLimit::Until(Instant::now() + t);
+                self.park()
             }
         }
     }
