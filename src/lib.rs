@@ -240,9 +240,6 @@ mod api {
             crate::process::setup_child(sh, pid, Some(sink), link_to);
             move || f(mb)
         })?;
-        if let Some(parent) = link_to {
-            crate::process::add_link(sh, parent, h.pid());
-        }
         drop(h);
         maybe_preempt();
         Ok(addr.expect("make ran"))
@@ -267,7 +264,6 @@ mod api {
                 f
             })
             .unwrap_or_else(|e| panic!("{e}"));
-        crate::process::add_link(sh, parent, h.pid());
         maybe_preempt();
         h
     }

@@ -267,14 +267,24 @@ fn own_sink(sh: &Shared, pid: Pid) -> Arc<dyn SignalSink> {
 }
 
 /// Installs `sink` as the signal sink of a not-yet-published actor (spawn_actor), and sets
-/// up the optional link/monitor from `parent` (spawn_link / spawn_monitor).
+/// up the optional link with `link_to` (the spawning actor: spawn_link).
+///
+/// Both halves of the link exist before the child is published: an exit signal is only
+/// delivered to a holder of the link's half ([`send_link_exit`]), so a child that ran and
+/// died on another thread before the parent's half was added would go unreported.
 pub(crate) fn setup_child(sh: &Shared, child: Pid, sink: Option<Arc<dyn SignalSink>>, link_to: Option<Pid>) {
-    let lock = proc_lock(sh, child).expect("child slot");
-    let mut slot = lock.lock();
-    let st = slot.state_for(child.generation());
-    st.sink = sink;
-    if let Some(p) = link_to {
-        st.links.push(p);
+    {
+        let lock = proc_lock(sh, child).expect("child slot");
+        let mut slot = lock.lock();
+        let st = slot.state_for(child.generation());
+        st.sink = sink;
+        if let Some(p) = link_to {
+            st.links.push(p);
+        }
+    }
+    if let Some(parent) = link_to {
+        // One proc lock at a time: the child's is released above.
+        add_link(sh, parent, child);
     }
 }
 
@@ -287,8 +297,8 @@ pub(crate) fn setup_child_monitor(sh: &Shared, child: Pid, watcher_sink: Arc<dyn
     MonitorRef { id, target: child }
 }
 
-/// Adds `child` to the links of `parent` (the other half of spawn_link).
-pub(crate) fn add_link(sh: &Shared, parent: Pid, child: Pid) {
+/// Adds `child` to the links of `parent` (the parent's half of a spawn_link).
+fn add_link(sh: &Shared, parent: Pid, child: Pid) {
     if let Some(lock) = proc_lock(sh, parent) {
         let mut slot = lock.lock();
         let st = slot.state_for(parent.generation());
@@ -360,6 +370,17 @@ pub fn link(pid: Pid) -> Result<(), DownReason> {
     if pid == me {
         return Ok(());
     }
+    // Own half first: `pid`'s exit signal is delivered only to a holder of the half
+    // ([`send_link_exit`]), so it must exist before `pid` can see the link and die with it.
+    let had_half = {
+        let mut slot = proc_lock(sh, me).expect("own slot").lock();
+        let st = slot.state_for(me.generation());
+        let had = st.links.contains(&pid);
+        if !had {
+            st.links.push(pid);
+        }
+        had
+    };
     let linked = match proc_lock(sh, pid) {
         Some(lock) => {
             let mut slot = lock.lock();
@@ -376,12 +397,16 @@ pub fn link(pid: Pid) -> Result<(), DownReason> {
         None => false,
     };
     if linked {
-        add_link(sh, me, pid);
         return Ok(());
     }
+    // `pid` was already dead: it never held our half, so no signal of this link can come.
     let trapping = {
         let mut slot = proc_lock(sh, me).expect("own slot").lock();
-        slot.existing(me.generation()).is_some_and(|s| s.trap_exit)
+        let st = slot.state_for(me.generation());
+        if !had_half {
+            st.links.retain(|p| *p != pid);
+        }
+        st.trap_exit
     };
     if trapping {
         own_sink(sh, me).push_signal(Signal::Exit(Exit { from: pid, reason: DownReason::NoProc }));

@@ -52,12 +52,13 @@
 //!   link_twice_delivers_a_single_exit, link_twice_then_unlink_once_removes_the_link
 //! - after `unlink` returns the link has no further effect:
 //!   unlink_removes_the_link_for_both_sides, non_trapping_caller_survives_peer_death_after_unlink,
-//!   no_exit_signal_arrives_after_unlink_returns_while_the_peer_is_exiting (gap, ignored),
+//!   no_exit_signal_arrives_after_unlink_returns_while_the_peer_is_exiting,
 //!   no_exit_signal_arrives_after_unlink_returns_even_when_racing_the_peers_death
 //! - linking to a dead pid: non-trapping caller gets `Err(NoProc)`, trapping caller receives
 //!   `Exit { from, NoProc }`:
 //!   link_to_a_dead_pid_is_a_noproc_error_for_a_non_trapping_caller,
-//!   link_to_a_dead_pid_delivers_exit_noproc_to_a_trapping_caller
+//!   link_to_a_dead_pid_delivers_exit_noproc_to_a_trapping_caller,
+//!   link_racing_the_targets_exit_reports_that_exit_exactly_once
 //! - `monitor` is one-way:
 //!   monitor_is_one_way
 //! - fires exactly once:
@@ -1144,6 +1145,43 @@ fn link_to_a_dead_pid_delivers_exit_noproc_to_a_trapping_caller() {
         assert_eq!(smarm::link(dead), Ok(()));
         assert_eq!(next_exit(), Exit { from: dead, reason: DownReason::NoProc });
         assert_no_signal_queued();
+    });
+}
+
+#[test]
+fn link_racing_the_targets_exit_reports_that_exit_exactly_once() {
+    run(|| {
+        smarm::trap_exit(true);
+        for i in 0..1000u32 {
+            // The target runs on the other thread (it spins without runtime calls, so the
+            // caller only gets to set `go` from the other one) and ends as soon as it sees
+            // `go`. The caller's varied spin then sweeps its `link` across the target's
+            // exit: either way exactly one Exit must come, `Normal` if the link was made in
+            // time, else `NoProc`.
+            let started = Arc::new(AtomicBool::new(false));
+            let go = Arc::new(AtomicBool::new(false));
+            let (s, g) = (started.clone(), go.clone());
+            let h = smarm::spawn(move || {
+                s.store(true, Ordering::Release);
+                while !g.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+            });
+            let pid = h.pid();
+            while !started.load(Ordering::Acquire) {
+                smarm::yield_now();
+            }
+            go.store(true, Ordering::Release);
+            for _ in 0..i % 100 {
+                std::hint::spin_loop();
+            }
+            assert_eq!(smarm::link(pid), Ok(()));
+            let x = next_exit();
+            assert_eq!(x.from, pid);
+            assert!(matches!(x.reason, DownReason::Normal | DownReason::NoProc), "{x:?}");
+            h.join().unwrap();
+            assert_no_signal_queued();
+        }
     });
 }
 
