@@ -17,8 +17,13 @@ const ALL_THREADS: u64 = (1 << THREADS) - 1;
 /// to wait for).
 const YIELDS: u32 = 2_000;
 const SLEEP: Duration = Duration::from_millis(1);
-/// Parks woken from a plain thread in the blocking sequence (after the sleep).
+/// Parks woken from a plain thread in the blocking sequence (after the sleep), at least.
 const WOKEN_PARKS: u32 = 64;
+/// Bound on the control's woken parks while it waits to be resumed on another thread
+/// (reached only if the runtime never moves a woken actor). Which thread takes a woken
+/// actor is up to the OS's schedule: with both threads busy and the machine loaded, one
+/// thread can take dozens of them in a row.
+const MAX_WOKEN_PARKS: u32 = 100_000;
 /// Before its sleep, a sequence under load yields until, in this many of the intervals
 /// between two of its resumes, busy actors were resumed on a thread other than the one it
 /// started on: the other thread was demonstrably serving the shared queue while it yielded,
@@ -76,6 +81,8 @@ struct Report {
     load_during: [u64; THREADS],
     /// Yields before the sleep.
     yields_before_sleep: u32,
+    /// Parks woken from a plain thread.
+    woken_parks: u32,
 }
 
 impl Report {
@@ -84,11 +91,19 @@ impl Report {
     }
 }
 
+/// How many woken parks a blocking sequence makes.
+#[derive(Clone, Copy)]
+enum Parks {
+    Exactly(u32),
+    /// At least `WOKEN_PARKS`, then on until resumed on another thread (bounded).
+    UntilMigrated,
+}
+
 /// Yields (`YIELDS` times, or under `load` until `ACTIVE_INTERVALS` intervals with busy
-/// actors running on another thread), sleeps `SLEEP`, parks `WOKEN_PARKS` times woken from a
+/// actors running on another thread), sleeps `SLEEP`, parks as `parks` says woken from a
 /// plain thread, yields `YIELDS` times,
 /// noting after every resume which thread it is on and whether that thread is panicking.
-fn blocking_sequence(load: Option<&Load>) -> Report {
+fn blocking_sequence(load: Option<&Load>, parks: Parks) -> Report {
     let start_thread = thread_here();
     let panicking_at_start = panicking_here();
     let mut r = Report {
@@ -151,9 +166,17 @@ fn blocking_sequence(load: Option<&Load>) -> Report {
             }
         }
     });
-    for _ in 0..WOKEN_PARKS {
+    loop {
+        let done = match parks {
+            Parks::Exactly(n) => r.woken_parks >= n,
+            Parks::UntilMigrated => r.woken_parks >= MAX_WOKEN_PARKS || (r.woken_parks >= WOKEN_PARKS && r.migrated()),
+        };
+        if done {
+            break;
+        }
         req_tx.send(()).expect("the waking thread ended");
         let _ = reply_rx.recv();
+        r.woken_parks += 1;
         note(&mut r);
     }
     drop(req_tx);
@@ -173,11 +196,12 @@ fn blocking_sequence(load: Option<&Load>) -> Report {
 struct BlockingDrop {
     out: Arc<Mutex<Option<Report>>>,
     load: Option<Arc<Load>>,
+    parks: u32,
 }
 
 impl Drop for BlockingDrop {
     fn drop(&mut self) {
-        let r = blocking_sequence(self.load.as_deref());
+        let r = blocking_sequence(self.load.as_deref(), Parks::Exactly(self.parks));
         *self.out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
     }
 }
@@ -231,11 +255,15 @@ fn panic_through_blocking_drop() -> Phase1 {
     // mid-unwind (its sleep), every actor that runs on its thread sees `panicking()` and is
     // pinned there too, which can leave the control alone on the other thread.
     let control_load = load.clone();
-    let control = smarm::spawn(move || blocking_sequence(Some(&control_load))).join().expect("the control failed");
+    let control = smarm::spawn(move || blocking_sequence(Some(&control_load), Parks::UntilMigrated))
+        .join()
+        .expect("the control failed");
+    // The unwinding actor gets more chances to migrate than the control needed.
+    let parks = WOKEN_PARKS.max(control.woken_parks.saturating_mul(2));
     let out = Arc::new(Mutex::new(None));
     let guard_out = out.clone();
     let panicker = smarm::spawn(move || {
-        let _guard = BlockingDrop { out: guard_out, load: Some(load) };
+        let _guard = BlockingDrop { out: guard_out, load: Some(load), parks };
         smarm::yield_now();
         panic!("unwinding through a blocking drop");
     });
@@ -339,7 +367,7 @@ fn an_actor_shut_down_by_root_exit_completes_a_blocking_drop_on_its_own_thread()
             let busy = spawn_busy(4, &stop, &Arc::new(Load::default()));
             let h = smarm::spawn(move || {
                 // No load to wait for: shutdown ends the busy actors.
-                let _guard = BlockingDrop { out: o, load: None };
+                let _guard = BlockingDrop { out: o, load: None, parks: WOKEN_PARKS };
                 s.store(1, Ordering::Release);
                 loop {
                     smarm::yield_now();
