@@ -20,13 +20,15 @@
 //!   the server traps exits; never on `kill`. With `Stop(reason, Some(reply))` terminate runs
 //!   first, then the reply is sent.
 //!
-//! # How a call finds out the server died
+//! # How a reply travels, and how a call finds out the server died
 //!
-//! The reply travels over a oneshot owned by the [`From`]. If the server dies, the `From`
-//! is dropped (with the request, or with the queued message) and the caller's receive ends;
-//! the caller then reads the server's exit reason from the server's exit cell (a watch
-//! channel the server sets before its mailbox and pending requests are dropped), waiting
-//! for it up to the call's deadline.
+//! A call made by an actor waits in its own frame: the [`From`] names that frame and the
+//! caller's pid, and the reply is moved straight into it (no channel, no allocation; see
+//! the `reply` module). A call made from a plain thread waits on a oneshot instead. If the
+//! server dies, the `From` is dropped (with the request, or with the queued message) and
+//! the caller's wait ends; the caller then reads the server's exit reason from the server's
+//! exit cell (a watch channel the server sets before its mailbox and pending requests are
+//! dropped), waiting for it up to the call's deadline.
 
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -35,6 +37,7 @@ use std::time::Duration;
 use crate::channel::{oneshot, watch, OneshotSender, RecvTimeoutError, WatchReceiver, WatchSender};
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, Down, DownReason, Exit};
+use crate::reply::{NoReply, ReplySender, ReplyWait};
 use crate::runtime::WaitLimit;
 use crate::slot_state::Pid;
 
@@ -115,8 +118,26 @@ pub trait GenServer: Send + Sized + 'static {
 /// The caller of one `call`, as seen by `handle_call`. Return [`CallResult::Reply`] to
 /// answer now, or take a [`ReplyTo`] with [`From::defer`] and answer later from anywhere.
 pub struct From<R> {
-    tx: std::cell::Cell<Option<OneshotSender<R>>>,
+    tx: std::cell::Cell<Option<Reply<R>>>,
     caller: Option<Pid>,
+}
+
+/// Where a reply goes: the calling actor's frame, or a oneshot (callers that are plain
+/// threads or actors of another runtime).
+enum Reply<R> {
+    Frame(ReplySender<R>),
+    Channel(OneshotSender<R>),
+}
+
+impl<R> Reply<R> {
+    fn send(self, r: R) {
+        match self {
+            Reply::Frame(tx) => tx.send(r),
+            Reply::Channel(tx) => {
+                let _ = tx.send(r);
+            }
+        }
+    }
 }
 
 impl<R: Send> From<R> {
@@ -125,7 +146,16 @@ impl<R: Send> From<R> {
     /// # Panics
     /// If called twice for one call.
     pub fn defer(&self) -> ReplyTo<R> {
-        ReplyTo { tx: self.tx.take().expect("gen_server: From::defer called twice") }
+        let tx = self.tx.take().expect("gen_server: From::defer called twice");
+        // A reply into an actor's frame names a word in its runtime's slab; out of the
+        // server's hands it keeps that runtime alive (see the `reply` module).
+        // SAFETY: `defer` is called by the server, an actor of the caller's runtime
+        // (`call_with` makes actor replies only for those).
+        let runtime = match &tx {
+            Reply::Frame(s) => Some(unsafe { s.runtime() }),
+            Reply::Channel(_) => None,
+        };
+        ReplyTo { tx, _runtime: runtime }
     }
     /// The calling actor (None for a plain thread).
     pub fn caller(&self) -> Option<Pid> {
@@ -133,14 +163,8 @@ impl<R: Send> From<R> {
     }
     pub(crate) fn reply_now(&self, r: R) {
         if let Some(tx) = self.tx.take() {
-            let _ = tx.send(r);
+            tx.send(r);
         }
-    }
-
-    /// A `From` for a call and the receiver its reply arrives on.
-    pub(crate) fn new_pair(caller: Option<Pid>) -> (From<R>, crate::channel::OneshotReceiver<R>) {
-        let (tx, rx) = oneshot();
-        (From { tx: std::cell::Cell::new(Some(tx)), caller }, rx)
     }
 }
 
@@ -153,13 +177,15 @@ impl<R> fmt::Debug for From<R> {
 /// A deferred reply: send it from any actor or thread. Dropping it without replying leaves
 /// the caller to time out.
 pub struct ReplyTo<R> {
-    tx: OneshotSender<R>,
+    tx: Reply<R>,
+    /// Keeps the caller's runtime alive for an actor reply (dropped after `tx`).
+    _runtime: Option<std::sync::Arc<crate::runtime::Shared>>,
 }
 
 impl<R: Send> ReplyTo<R> {
     /// Sends the reply (discarded if the caller gave up).
     pub fn reply(self, reply: R) {
-        let _ = self.tx.send(reply);
+        self.tx.send(reply);
     }
 }
 
@@ -296,35 +322,81 @@ pub(crate) fn exit_reason_now(rx: &WatchReceiver<Option<DownReason>>) -> Option<
     rx.clone().get()
 }
 
-/// Waits for a call's reply until `deadline` (None: forever). A reply channel that closes
-/// without a reply means the server dropped the request: it died (the reason is read from
-/// its exit cell, waiting for the cell up to the deadline) or dropped a deferred reply
-/// (then the caller times out, as in OTP).
-pub(crate) fn await_reply<R>(
-    mut rx: crate::channel::OneshotReceiver<R>,
+/// Makes one call to the behaviour actor `server` (gen_server, gen_statem): `send` posts
+/// the request carrying the given [`From`] and returns false if the server's mailbox is
+/// gone (it drops the request itself); then the reply is awaited within `limit`.
+///
+/// A `From` dropped without a reply means the server dropped the request: it died (the
+/// reason is read from its exit cell, waiting for the cell up to the limit) or dropped a
+/// deferred reply (then the caller times out, as in OTP).
+pub(crate) fn call_with<R: Send>(
+    server: Pid,
     limit: WaitLimit,
     exit: &WatchReceiver<Option<DownReason>>,
+    send: impl FnOnce(From<R>) -> bool,
 ) -> Result<R, CallError> {
+    let Some((shared, me, slot)) = crate::runtime::current_actor_slot() else {
+        return call_by_oneshot(None, limit, exit, send);
+    };
+    if me == server {
+        return Err(CallError::CallingSelf);
+    }
+    // SAFETY: the runtime of the running actor is alive.
+    if !unsafe { &*shared }.slab.owns(server) {
+        // A server of another runtime might outlive ours: a oneshot (see the `reply` module).
+        return call_by_oneshot(Some(me), limit, exit, send);
+    }
+    // The reply lands in this frame; `wait` stays in place until the call is over.
+    let wait = ReplyWait::new(slot);
+    let from = From { tx: std::cell::Cell::new(Some(Reply::Frame(wait.sender(shared, me)))), caller: Some(me) };
+    if !send(from) {
+        return Err(CallError::NoProc);
+    }
+    match wait.wait(limit) {
+        Ok(r) => Ok(r),
+        Err(NoReply::Timeout) => Err(CallError::Timeout),
+        Err(NoReply::Dropped) => Err(server_gone(limit, exit)),
+    }
+}
+
+/// [`call_with`] for a plain thread (or a server of another runtime): the reply comes over
+/// a oneshot.
+#[cold]
+fn call_by_oneshot<R: Send>(
+    caller: Option<Pid>,
+    limit: WaitLimit,
+    exit: &WatchReceiver<Option<DownReason>>,
+    send: impl FnOnce(From<R>) -> bool,
+) -> Result<R, CallError> {
+    let (tx, mut rx) = oneshot();
+    if !send(From { tx: std::cell::Cell::new(Some(Reply::Channel(tx))), caller }) {
+        return Err(CallError::NoProc);
+    }
     match rx.recv_within(limit) {
         Ok(r) => Ok(r),
         Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
-        Err(RecvTimeoutError::Disconnected) => {
-            // Rare path: the limit as a deadline (a relative one restarts now, so the wait
-            // for the exit cell may end a little late, never early).
-            let deadline = limit.deadline();
-            let mut exit = exit.clone();
-            loop {
-                if let Some(r) = exit.get() {
-                    return Err(CallError::Down(r));
-                }
-                let waited = match deadline {
-                    Some(d) => exit.changed_deadline(d).map_err(|_| ()),
-                    None => exit.changed().map_err(|_| ()),
-                };
-                if waited.is_err() {
-                    return Err(CallError::Timeout);
-                }
-            }
+        Err(RecvTimeoutError::Disconnected) => Err(server_gone(limit, exit)),
+    }
+}
+
+/// The server dropped a call's `From`: `Down` with its exit reason once its exit cell is
+/// set (waiting for it within `limit`), else `Timeout` (a deferred reply that was dropped).
+#[cold]
+fn server_gone(limit: WaitLimit, exit: &WatchReceiver<Option<DownReason>>) -> CallError {
+    // The limit as a deadline (a relative one restarts now, so the wait for the exit cell
+    // may end a little late, never early).
+    let deadline = limit.deadline();
+    let mut exit = exit.clone();
+    loop {
+        if let Some(r) = exit.get() {
+            return CallError::Down(r);
+        }
+        let waited = match deadline {
+            Some(d) => exit.changed_deadline(d).map_err(|_| ()),
+            None => exit.changed().map_err(|_| ()),
+        };
+        if waited.is_err() {
+            return CallError::Timeout;
         }
     }
 }
@@ -484,16 +556,9 @@ impl<S: GenServer> ServerRef<S> {
 
     /// Calls the server, waiting at most `timeout` for the reply.
     pub fn call_timeout(&self, request: S::Call, timeout: Duration) -> Result<S::Reply, CallError> {
-        let me = crate::try_current_pid();
-        if me == Some(self.addr.pid()) {
-            return Err(CallError::CallingSelf);
-        }
-        let (tx, rx) = oneshot();
-        let from = From { tx: std::cell::Cell::new(Some(tx)), caller: me };
-        if self.addr.try_send(Request::Call(request, from)).is_err() {
-            return Err(CallError::NoProc);
-        }
-        await_reply(rx, WaitLimit::For(timeout), &self.exit)
+        call_with(self.addr.pid(), WaitLimit::For(timeout), &self.exit, |from| {
+            self.addr.try_send(Request::Call(request, from)).is_ok()
+        })
     }
 
     /// Sends a cast; always succeeds, even to a dead server.

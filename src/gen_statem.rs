@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use crate::channel::{oneshot, watch, OneshotSender, WatchReceiver, WatchSender};
 use crate::gen_server::{
-    await_exit, await_reply, exit_reason_now, exit_with, CallError, ExitCell, From, Info, StartError,
+    await_exit, call_with, exit_reason_now, exit_with, CallError, ExitCell, From, Info, StartError,
 };
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, DownReason};
@@ -489,15 +489,7 @@ impl<M: GenStatem> StatemRef<M> {
     }
 
     fn call_within(&self, request: M::Call, limit: crate::runtime::WaitLimit) -> Result<M::Reply, CallError> {
-        let me = crate::try_current_pid();
-        if me == Some(self.addr.pid()) {
-            return Err(CallError::CallingSelf);
-        }
-        let (from, rx) = From::new_pair(me);
-        if self.addr.try_send(Request::Call(request, from)).is_err() {
-            return Err(CallError::NoProc);
-        }
-        await_reply(rx, limit, &self.exit)
+        call_with(self.addr.pid(), limit, &self.exit, |from| self.addr.try_send(Request::Call(request, from)).is_ok())
     }
 
     /// Sends a cast (always succeeds).

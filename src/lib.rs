@@ -60,6 +60,8 @@ pub mod pg;
 mod preempt;
 #[cfg(not(loom))]
 mod process;
+#[cfg(not(loom))]
+mod reply;
 #[doc(hidden)]
 #[cfg_attr(loom, allow(dead_code))] // under loom only the models use it
 pub mod run_queue;

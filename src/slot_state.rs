@@ -134,6 +134,8 @@ pub(crate) struct Slot {
     pub(crate) lazy_timeout: AtomicU64,
     /// The wheel key of an ARMED request. Accessed only under the runtime's timer lock.
     pub(crate) lazy_key: core::cell::UnsafeCell<crate::timer::TimerKey>,
+    /// The reply word of the actor's current `call`: `seq << 3 | state` (see `reply`).
+    pub(crate) reply: AtomicU64,
 }
 
 /// Outcome of [`Slab::wake`].

@@ -35,7 +35,12 @@
 //! - `CallingSelf`:
 //!   call_to_itself_is_calling_self
 //! - a reply that arrives after a timeout is discarded, never seen later:
-//!   late_reply_after_a_timeout_is_discarded
+//!   late_reply_after_a_timeout_is_discarded,
+//!   a_reply_to_a_killed_caller_never_reaches_the_next_actor_in_its_slot,
+//!   a_deferred_reply_may_outlive_the_callers_runtime
+//! - calls from plain threads and from actors of another runtime (where silent: they work):
+//!   call_from_a_plain_thread_gets_its_reply_and_sees_the_server_die,
+//!   an_actor_can_call_a_server_of_another_runtime
 //! - `cast` always succeeds, even to a dead server:
 //!   cast_to_a_dead_server_succeeds, cast_is_delivered_in_order_before_a_later_call
 //! - deferred replies from any actor:
@@ -668,6 +673,111 @@ fn late_reply_after_a_timeout_is_discarded() {
             assert_eq!(s.call(Call::Echo(round)), Ok(round), "a late reply was seen");
         }
     });
+}
+
+/// The slot index of a pid (`<0.index.gen>`).
+fn slot_index(pid: smarm::Pid) -> String {
+    pid.to_string().split('.').nth(1).expect("pid format").to_string()
+}
+
+#[test]
+fn a_reply_to_a_killed_caller_never_reaches_the_next_actor_in_its_slot() {
+    // Room for the root, the server and one caller: the second caller reuses the first's slot.
+    let rt = Runtime::builder().threads(2).max_actors(3).quiet_panics(true).build().unwrap();
+    rt.run(|| {
+        let s = gen_server::start(Srv::new(&new_log())).unwrap();
+        let (defer_tx, defer_rx) = channel::<ReplyTo<u32>>();
+        let s1 = s.clone();
+        let first = smarm::spawn(move || {
+            let _ = s1.call(Call::DeferTo(defer_tx));
+        });
+        let stale = defer_rx.recv_timeout(GUARD).expect("the server never deferred the call");
+        let first_pid = first.pid();
+        smarm::kill(first_pid);
+        assert_eq!(first.join(), Err(DownReason::Killed));
+
+        let (told_tx, told_rx) = channel();
+        let (res_tx, res_rx) = oneshot();
+        let s2 = s.clone();
+        let second = smarm::spawn(move || res_tx.send(s2.call(Call::Hold(Some(told_tx)))).unwrap());
+        assert_eq!(slot_index(second.pid()), slot_index(first_pid), "the slot was not reused");
+        told_rx.recv_timeout(GUARD).expect("the server never held the call");
+        // The killed caller's reply comes while the new occupant waits in a call: discarded.
+        stale.reply(111);
+        s.cast(Cast::ReleaseHeld(5));
+        assert_eq!(res_rx.recv(), Ok(Ok(5)));
+        second.join().unwrap();
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_deferred_reply_may_outlive_the_callers_runtime() {
+    let (keep_tx, keep_rx) = std::sync::mpsc::channel::<ReplyTo<u32>>();
+    run(move || {
+        let s = gen_server::start(Srv::new(&new_log())).unwrap();
+        let (defer_tx, defer_rx) = channel::<ReplyTo<u32>>();
+        let keeper = smarm::spawn(move || keep_tx.send(defer_rx.recv().unwrap()).unwrap());
+        assert_eq!(s.call_timeout(Call::DeferTo(defer_tx), 5 * MS), Err(CallError::Timeout));
+        keeper.join().unwrap();
+    });
+    // The runtime has ended and been dropped: the reply goes nowhere, and nothing breaks.
+    let held = keep_rx.recv().unwrap();
+    held.reply(1);
+    // And one that is dropped without a reply.
+    let (keep_tx, keep_rx) = std::sync::mpsc::channel::<ReplyTo<u32>>();
+    run(move || {
+        let s = gen_server::start(Srv::new(&new_log())).unwrap();
+        let (defer_tx, defer_rx) = channel::<ReplyTo<u32>>();
+        let keeper = smarm::spawn(move || keep_tx.send(defer_rx.recv().unwrap()).unwrap());
+        assert_eq!(s.call_timeout(Call::DeferTo(defer_tx), 5 * MS), Err(CallError::Timeout));
+        keeper.join().unwrap();
+    });
+    drop(keep_rx.recv().unwrap());
+}
+
+#[test]
+fn call_from_a_plain_thread_gets_its_reply_and_sees_the_server_die() {
+    run(|| {
+        let s = gen_server::start(Srv::new(&new_log())).unwrap();
+        let (res_tx, mut res_rx) = oneshot();
+        let t = std::thread::spawn(move || {
+            let echo = s.call(Call::Echo(4));
+            let timeout = s.call_timeout(Call::Hold(None), 5 * MS);
+            let down = s.call(Call::Panic("boom"));
+            res_tx.send((echo, timeout, down)).unwrap();
+        });
+        let (echo, timeout, down) = res_rx.recv_timeout(GUARD).expect("the thread's calls never finished");
+        assert_eq!(echo, Ok(4));
+        assert_eq!(timeout, Err(CallError::Timeout));
+        assert_eq!(down, Err(CallError::Down(DownReason::Panic("boom".into()))));
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn an_actor_can_call_a_server_of_another_runtime() {
+    let (ref_tx, ref_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = oneshot::<()>();
+    let other = std::thread::spawn(move || {
+        let rt = Runtime::builder().threads(1).quiet_panics(true).build().unwrap();
+        rt.run(move || {
+            ref_tx.send(gen_server::start(Srv::new(&new_log())).unwrap()).unwrap();
+            let _ = stop_rx.recv();
+        })
+    });
+    let s = ref_rx.recv().unwrap();
+    run(move || {
+        assert_eq!(s.call(Call::Echo(7)), Ok(7));
+        assert_eq!(s.call_timeout(Call::Hold(None), 5 * MS), Err(CallError::Timeout));
+        // A deferred reply from this runtime's actor into the other runtime's server call.
+        let (defer_tx, defer_rx) = channel::<ReplyTo<u32>>();
+        smarm::spawn(move || defer_rx.recv().unwrap().reply(12));
+        assert_eq!(s.call(Call::DeferTo(defer_tx)), Ok(12));
+        assert_eq!(s.call(Call::Panic("over there")), Err(CallError::Down(DownReason::Panic("over there".into()))));
+    });
+    stop_tx.send(()).unwrap();
+    other.join().unwrap().unwrap();
 }
 
 // ------------------------------------------------------------------------------------------

@@ -53,7 +53,8 @@ use crate::stack::StackPool;
 use crate::timer::Timers;
 use idle::Idle;
 pub(crate) use worker::{
-    alloc_block, current_actor_pid as current_shared, current_worker, free_block, park_current, park_until, WaitLimit,
+    alloc_block, current_actor_pid as current_shared, current_actor_slot, current_worker, free_block, park_current,
+    park_until, WaitLimit,
 };
 
 /// Smallest stack an actor can start, panic, print and unwind on.

@@ -935,6 +935,25 @@ pub(crate) fn current_actor_pid() -> Option<(*const Shared, Pid)> {
     w.current_pid().map(|pid| (w.shared_ptr(), pid))
 }
 
+/// The running actor, as `(runtime, pid, slot)`, if called from an actor.
+pub(crate) fn current_actor_slot() -> Option<(*const Shared, Pid, &'static Slot)> {
+    let w = current_worker();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null worker pointer is this thread's live worker.
+    let w = unsafe { &*w };
+    let index = w.current.get();
+    if index == NONE {
+        return None;
+    }
+    // SAFETY: the slab outlives the runtime's actors (as in `switch_out`).
+    let slot: &'static Slot = unsafe { &*(w.shared.slab.slot(index) as *const Slot) };
+    // Relaxed: the running actor's generation cannot change under it.
+    let gen = (slot.state.load(Ordering::Relaxed) >> 32) as u32;
+    Some((w.shared_ptr(), w.shared.slab.pid(index, gen), slot))
+}
+
 /// Gives other actors a turn; see [`crate::yield_now`].
 #[inline]
 pub(crate) fn yield_now() {
