@@ -22,10 +22,14 @@
 //! timeout) only if, `LAZY_ARM_ROUNDS` scheduling rounds later or when the thread is about
 //! to idle, the actor is still parked on that same request. So a timeout never fires early;
 //! it may fire late by at most those rounds (each bounded by the preemption timeslice for
-//! actors that make runtime calls). The actor ends the request when it resumes
-//! (`disarm_lazy`): PENDING -> IDLE with one CAS when it was never armed, otherwise under
-//! the timer lock, where ARMED -> FIRED (by `fire_due`) and the key live, so the wheel
-//! never keeps an entry for an actor that moved on.
+//! actors that make runtime calls). The actor ends the request when it resumes. If it
+//! resumes on the thread it parked on and its note is still that thread's newest (the
+//! usual case: a call's reply is handed straight back), it takes the note back and stores
+//! IDLE: no other thread reads that note or arms that request. Otherwise `disarm_lazy`:
+//! PENDING -> IDLE with one CAS when it was never armed, else under the timer lock, where
+//! ARMED -> FIRED (by `fire_due`) and the key live, so the wheel never keeps an entry for
+//! an actor that moved on. A thread holds at most 256 notes; a further one first arms the
+//! oldest (early arming only makes that timeout count from later, never fire earlier).
 //!
 //! `next` is a *lower bound* on the earliest deadline, readable without the lock: insert
 //! lowers it; firing recomputes it as the start of the first non-empty slot ahead (which is

@@ -342,3 +342,47 @@ fn a_timeout_fires_while_other_actors_keep_the_thread_busy() {
         })
         .unwrap();
 }
+
+/// Hundreds of timed waits parked on one thread at once: none fires early, none is lost,
+/// and the waits answered promptly still return their message.
+#[test]
+fn many_timed_waits_on_one_thread_each_end_right() {
+    let _g = shared();
+    rt(1)
+        .run(|| {
+            let d = 30 * MS;
+            let mut silent_keep = Vec::new();
+            let mut handles = Vec::new();
+            let mut answer = Vec::new();
+            for i in 0..700u32 {
+                let (tx, rx) = channel::<u32>();
+                let answered = i % 3 == 0;
+                handles.push(smarm::spawn(move || {
+                    let start = Instant::now();
+                    let got = rx.recv_timeout(d);
+                    (answered, got, start.elapsed())
+                }));
+                if answered {
+                    answer.push((i, tx));
+                } else {
+                    silent_keep.push(tx);
+                }
+            }
+            // Let every waiter park (one thread: each runs until its park), then answer a third.
+            smarm::yield_now();
+            for (i, tx) in &answer {
+                tx.send(*i).unwrap();
+            }
+            for (i, h) in handles.into_iter().enumerate() {
+                let (answered, got, waited) = woken(|| h.join().unwrap());
+                if answered {
+                    assert_eq!(got, Ok(i as u32));
+                } else {
+                    assert_eq!(got, Err(RecvTimeoutError::Timeout), "waiter {i}");
+                    assert!(waited >= d, "waiter {i} timed out after {waited:?}, before {d:?}");
+                }
+            }
+            drop(silent_keep);
+        })
+        .unwrap();
+}

@@ -56,8 +56,7 @@
 //!   returning to the scheduler stack (`hand_off_park`); the slot, the lifo limit, the timer
 //!   cadence and the pinned inbox are honoured exactly as a scheduler round would (finding 16).
 
-use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
@@ -137,7 +136,7 @@ pub(crate) struct Worker {
     parked_unwinders: Cell<u32>,
     /// Lazy park timeouts requested by actors that parked on this thread, oldest first
     /// (see "Lazy timeouts" in the `timer` module doc).
-    pending_timeouts: RefCell<VecDeque<PendingTimeout>>,
+    pending_timeouts: PendingRing,
     /// Free blocks per size class (see [`alloc_block`]): intrusive lists through each
     /// block's first word, and their lengths.
     block_heads: [Cell<*mut u8>; BLOCK_CLASSES.len()],
@@ -248,6 +247,74 @@ struct PendingTimeout {
 /// Rounds a lazy timeout waits before it is armed: an actor woken within that many
 /// scheduling rounds (the common case for a call's reply) never touches the wheel.
 const LAZY_ARM_ROUNDS: u32 = 2;
+
+/// A worker's pending lazy timeouts: a bounded FIFO touched only by its own thread (the
+/// scheduler and the actor it runs), so plain `Cell`s suffice. The newest entry can also be
+/// taken back by the actor that made it ([`PendingRing::take_newest`]).
+struct PendingRing {
+    buf: Box<[Cell<PendingTimeout>]>,
+    /// Free-running positions; `tail - head` entries, at `pos % PENDING_CAP`.
+    head: Cell<u32>,
+    tail: Cell<u32>,
+}
+
+/// Entries a worker holds before it arms the oldest at once (a power of two).
+const PENDING_CAP: u32 = 256;
+
+impl PendingRing {
+    fn new() -> PendingRing {
+        let empty = PendingTimeout { index: NONE, tick: 0, seq: 0 };
+        PendingRing {
+            buf: (0..PENDING_CAP).map(|_| Cell::new(empty)).collect(),
+            head: Cell::new(0),
+            tail: Cell::new(0),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.head.get() == self.tail.get()
+    }
+
+    fn is_full(&self) -> bool {
+        self.tail.get().wrapping_sub(self.head.get()) == PENDING_CAP
+    }
+
+    fn cell(&self, pos: u32) -> &Cell<PendingTimeout> {
+        // The index is reduced modulo the buffer's length: never out of bounds.
+        &self.buf[(pos % PENDING_CAP) as usize]
+    }
+
+    /// Appends an entry; the caller made room (`is_full` is false).
+    fn push(&self, p: PendingTimeout) {
+        debug_assert!(!self.is_full());
+        let t = self.tail.get();
+        self.cell(t).set(p);
+        self.tail.set(t.wrapping_add(1));
+    }
+
+    fn front(&self) -> Option<PendingTimeout> {
+        (!self.is_empty()).then(|| self.cell(self.head.get()).get())
+    }
+
+    fn pop_front(&self) {
+        debug_assert!(!self.is_empty());
+        self.head.set(self.head.get().wrapping_add(1));
+    }
+
+    /// Removes the newest entry if it is request `seq` of actor `index`.
+    fn take_newest(&self, index: u32, seq: u64) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let last = self.tail.get().wrapping_sub(1);
+        let p = self.cell(last).get();
+        if p.index != index || p.seq != seq {
+            return false;
+        }
+        self.tail.set(last);
+        true
+    }
+}
 
 impl Worker {
     pub(crate) fn shared_ptr(&self) -> *const Shared {
@@ -422,7 +489,7 @@ impl Worker {
     #[cold]
     #[inline(never)]
     fn round_due(&self) -> bool {
-        !self.shared.timers.is_empty() || !self.pending_timeouts.borrow().is_empty() || self.stealable()
+        !self.shared.timers.is_empty() || !self.pending_timeouts.is_empty() || self.stealable()
     }
 
     fn run_actor(&self, index: u32) {
@@ -554,34 +621,55 @@ impl Worker {
     /// all of them (`all`, before this thread idles). Requests whose actor was woken or
     /// disarmed meanwhile are dropped with one load each.
     fn arm_timeouts(&self, all: bool) {
-        let mut q = self.pending_timeouts.borrow_mut();
+        let q = &self.pending_timeouts;
         if q.is_empty() {
             return;
         }
-        let sh = &*self.shared;
         let tick = self.tick.get();
         let mut now = None;
         let mut earliest = false;
-        while let Some(&p) = q.front() {
+        while let Some(p) = q.front() {
             if !all && tick.wrapping_sub(p.tick) < LAZY_ARM_ROUNDS {
                 break;
             }
             q.pop_front();
-            let slot = sh.slab.slot(p.index);
-            // Acquire: pairs with the Release store of PENDING (makes `lazy_timeout` visible).
-            if slot.lazy.load(Ordering::Acquire) != crate::timer::lazy_word(p.seq, crate::timer::LAZY_PENDING) {
-                continue;
-            }
-            // Woken already (QUEUED or running again): it disarms itself when it resumes.
-            let Some(pid) = sh.slab.parked_pid(p.index) else { continue };
-            let now = *now.get_or_insert_with(Instant::now);
-            earliest |= sh.timers.arm_lazy(self.shared_ptr(), slot, pid, p.seq, now);
+            earliest |= self.arm_one(p, &mut now);
         }
-        drop(q);
         if earliest && !all {
             // As in `park_until`: an idle thread may be parked with a later timeout.
-            sh.wake_one();
+            self.shared.wake_one();
         }
+    }
+
+    /// Puts one pending request on the wheel if it is still pending and its actor still
+    /// parked. Returns whether it became the wheel's earliest deadline.
+    fn arm_one(&self, p: PendingTimeout, now: &mut Option<Instant>) -> bool {
+        let sh = &*self.shared;
+        let slot = sh.slab.slot(p.index);
+        // Acquire: pairs with the Release store of PENDING (makes `lazy_timeout` visible).
+        if slot.lazy.load(Ordering::Acquire) != crate::timer::lazy_word(p.seq, crate::timer::LAZY_PENDING) {
+            return false;
+        }
+        // Woken already (QUEUED or running again): it disarms itself when it resumes.
+        let Some(pid) = sh.slab.parked_pid(p.index) else { return false };
+        let now = *now.get_or_insert_with(Instant::now);
+        sh.timers.arm_lazy(self.shared_ptr(), slot, pid, p.seq, now)
+    }
+
+    /// Notes a lazy timeout request of the running actor `index` (see `park_timeout`). A
+    /// full ring first arms its oldest entry (early arming is never early firing: the
+    /// timeout then counts from now, after the park began).
+    fn note_pending_timeout(&self, index: u32, seq: u64) {
+        let q = &self.pending_timeouts;
+        if q.is_full() {
+            if let Some(oldest) = q.front() {
+                q.pop_front();
+                if self.arm_one(oldest, &mut None) {
+                    self.shared.wake_one();
+                }
+            }
+        }
+        q.push(PendingTimeout { index, tick: self.tick.get(), seq });
     }
 
     fn idle_wait(&self) {
@@ -629,7 +717,7 @@ pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
         tick: Cell::new(0),
         inbox_yielded: Cell::new(false),
         parked_unwinders: Cell::new(0),
-        pending_timeouts: RefCell::new(VecDeque::new()),
+        pending_timeouts: PendingRing::new(),
         block_heads: Default::default(),
         block_counts: Default::default(),
     };
@@ -1045,16 +1133,27 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<bool> {
     // Relaxed: published by the Release store of the PENDING word just below.
     slot.lazy_timeout.store(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
     slot.lazy.store(crate::timer::lazy_word(seq, crate::timer::LAZY_PENDING), Ordering::Release);
-    w.pending_timeouts.borrow_mut().push_back(PendingTimeout { index, tick: w.tick.get(), seq });
+    w.note_pending_timeout(index, seq);
     /// Ends the request on return or unwind, before this actor can end: the wheel never
     /// holds a timeout of an actor that is gone (the `Waiter` contract).
     struct Disarm {
         shared: *const Shared,
         slot: &'static Slot,
+        index: u32,
         seq: u64,
     }
     impl Disarm {
         fn finish(&self) -> bool {
+            // Resumed on the thread it parked on, before that thread looked at the request:
+            // it is still the newest entry there, never seen by anyone (only this thread
+            // reads its ring), so it ends without the CAS against a concurrent arming.
+            let w = current_worker();
+            // SAFETY: a running actor's thread has a live worker.
+            if unsafe { &*w }.pending_timeouts.take_newest(self.index, self.seq) {
+                // Relaxed: nobody else looks at a request that is on no ring and no wheel.
+                self.slot.lazy.store(crate::timer::lazy_word(self.seq, crate::timer::LAZY_IDLE), Ordering::Relaxed);
+                return false;
+            }
             // SAFETY: the runtime outlives its running actor.
             unsafe { &*self.shared }.timers.disarm_lazy(self.slot, self.seq)
         }
@@ -1064,7 +1163,7 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<bool> {
             self.finish();
         }
     }
-    let guard = Disarm { shared: w.shared_ptr(), slot, seq };
+    let guard = Disarm { shared: w.shared_ptr(), slot, index, seq };
     park_current();
     let fired = guard.finish();
     std::mem::forget(guard);
@@ -1205,4 +1304,44 @@ pub fn scheduler_assigned_thread() -> Option<usize> {
     let slot = unsafe { &*w }.current_slot()?;
     // SAFETY: the running actor's own control block.
     Some(unsafe { (*slot.cell.get()).assigned_thread })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PendingRing, PendingTimeout, PENDING_CAP};
+
+    fn entry(index: u32, seq: u64) -> PendingTimeout {
+        PendingTimeout { index, tick: 0, seq }
+    }
+
+    #[test]
+    fn pending_ring_is_fifo_across_wraparound_and_reports_full() {
+        let q = PendingRing::new();
+        for round in 0..3u64 {
+            for i in 0..PENDING_CAP {
+                assert!(!q.is_full());
+                q.push(entry(i, round));
+            }
+            assert!(q.is_full());
+            for i in 0..PENDING_CAP {
+                let p = q.front().expect("entry");
+                assert_eq!((p.index, p.seq), (i, round));
+                q.pop_front();
+            }
+            assert!(q.is_empty() && q.front().is_none());
+        }
+    }
+
+    #[test]
+    fn pending_ring_gives_back_only_the_matching_newest_entry() {
+        let q = PendingRing::new();
+        assert!(!q.take_newest(1, 1));
+        q.push(entry(1, 1));
+        q.push(entry(2, 7));
+        assert!(!q.take_newest(1, 1), "not the newest");
+        assert!(!q.take_newest(2, 6), "another request of the same actor");
+        assert!(q.take_newest(2, 7));
+        assert!(q.take_newest(1, 1));
+        assert!(q.is_empty());
+    }
 }
