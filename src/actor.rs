@@ -128,7 +128,7 @@ where
                 drop(f);
                 Err(reason)
             }
-            None => catch_unwind(AssertUnwindSafe(f)).map_err(reason_from_payload),
+            None => call_caught(f).map_err(reason_from_payload),
         }
     }))
     .unwrap_or_else(|p| Err(reason_from_payload(p))); // the closure's Drop panicked
@@ -149,6 +149,15 @@ where
     // path out of this frame.
     let _ = catch_unwind(AssertUnwindSafe(|| task.packet.complete(outcome)));
     reason
+}
+
+/// Runs the actor's body under `catch_unwind`, in a frame of its own: a panic's unwinder
+/// reads the call-site table and the CFA program of every frame it passes (twice: search,
+/// then cleanup), and those of this small frame are short; inlined into `run_task` they
+/// would be that whole function's.
+#[inline(never)]
+fn call_caught<F: FnOnce() -> T, T>(f: F) -> std::thread::Result<T> {
+    catch_unwind(AssertUnwindSafe(f))
 }
 
 unsafe fn notify_task<F, T>(h: NonNull<TaskHeader>) {
