@@ -65,6 +65,9 @@ pub(crate) struct ActorCell {
     pub(crate) stack_base: usize,
     /// The spawned task (closure + join packet), or None.
     pub(crate) task: Option<NonNull<TaskHeader>>,
+    /// The exit reason a behaviour chose for itself before returning (`gen_server` ending
+    /// with a non-normal reason): the body then returns instead of unwinding a second time.
+    pub(crate) exit_override: Option<Box<DownReason>>,
 }
 
 #[repr(C)]
@@ -134,6 +137,14 @@ where
     .unwrap_or_else(|p| Err(reason_from_payload(p))); // the closure's Drop panicked
                                                       // A stop request (kill, exit signal, shutdown) decides the exit reason even if the actor
                                                       // swallowed its unwind with `catch_unwind` and then returned: a kill cannot be undone.
+                                                      // A reason the body chose for itself (a behaviour's crash or stop) replaces a return.
+    let outcome = match (outcome, crate::runtime::worker::take_current_exit_override()) {
+        (Ok(v), Some(reason)) => {
+            drop(v);
+            Err(reason)
+        }
+        (outcome, _) => outcome,
+    };
     let outcome = match crate::runtime::worker::current_cancel_reason() {
         Some(stop) if outcome.as_ref().err() != Some(&stop) => {
             drop(outcome);

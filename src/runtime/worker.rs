@@ -788,6 +788,32 @@ fn actor_unwinding_slow(slot: &Slot) -> bool {
     unsafe { &*w }.parked_unwinders.get() == 0
 }
 
+/// Makes the running actor end with `reason` when its body returns (see
+/// `ActorCell::exit_override`). Off an actor it does nothing.
+pub(crate) fn set_current_exit_override(reason: DownReason) {
+    let w = current_worker();
+    if w.is_null() {
+        return;
+    }
+    // SAFETY: this thread's live worker.
+    if let Some(slot) = unsafe { &*w }.current_slot() {
+        // SAFETY: the running actor's own control block.
+        unsafe { (*slot.cell.get()).exit_override = Some(Box::new(reason)) };
+    }
+}
+
+/// Takes the running actor's exit override, if it set one.
+pub(crate) fn take_current_exit_override() -> Option<DownReason> {
+    let w = current_worker();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: this thread's live worker.
+    let slot = unsafe { &*w }.current_slot()?;
+    // SAFETY: the running actor's own control block.
+    unsafe { (*slot.cell.get()).exit_override.take() }.map(|b| *b)
+}
+
 /// Marks the running actor as unwinding. smarm's panic hook does it for panics; every
 /// `resume_unwind` inside smarm calls it first (a `resume_unwind` bypasses the hook).
 pub(crate) fn mark_current_unwinding() {
