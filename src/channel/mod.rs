@@ -368,8 +368,8 @@ impl<T> Receiver<T> {
 
     fn recv_deadline_opt(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let mut timed_out = false;
+        let mut s = self.chan.state.lock();
         loop {
-            let mut s = self.chan.state.lock();
             if let Some(v) = Self::pop(&mut s) {
                 return Ok(v);
             }
@@ -381,11 +381,16 @@ impl<T> Receiver<T> {
             }
             s.receiver = Some(Waiter::current());
             drop(s);
+            // Deregisters if the park unwinds (the actor was killed); on a normal return the
+            // registration is cleared under the lock taken next anyway (one lock round per
+            // wake, not two).
             let guard = DeregisterReceiver(&self.chan);
             // `park_until` reads the clock once and declines to park once the deadline has
             // passed; the condition is then looked at one last time before timing out.
             timed_out = !park_until(deadline);
-            drop(guard);
+            std::mem::forget(guard);
+            s = self.chan.state.lock();
+            s.receiver = None;
         }
     }
 }

@@ -1118,6 +1118,7 @@ pub(crate) fn park_current() {
 /// Parks the caller (actor or thread) until woken or until `deadline` passes. Returns false,
 /// without parking, if the deadline has already passed; true otherwise. May return
 /// spuriously: callers re-check their condition and the clock.
+#[inline(always)]
 pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
     let Some(deadline) = deadline else {
         park_current();
