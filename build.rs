@@ -10,6 +10,16 @@ fn main() {
              System V assembly and its stacks use Linux mmap/madvise); this target is {arch}-{os}"
         );
     }
+    // Under AddressSanitizer (nightly `-Zsanitizer=address`), actor stacks must be unpoisoned
+    // when an actor starts on one: ASan does not see our stack switches, so the redzones of
+    // the frames a finished actor left behind (its entry never returns) would stay poisoned
+    // for the next actor on that stack and be reported as overflows.
+    println!("cargo:rustc-check-cfg=cfg(smarm_asan)");
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    if flags.split('\x1f').any(|f| f.contains("sanitizer=address")) {
+        println!("cargo:rustc-cfg=smarm_asan");
+    }
+    println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
     println!("cargo:rerun-if-changed=asm/x86_64.S");
     println!("cargo:rerun-if-changed=build.rs");
 }

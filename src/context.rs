@@ -290,3 +290,62 @@ pub fn raw_switch_pair_ticks(rounds: u64) -> u64 {
         end - start
     }
 }
+
+/// AddressSanitizer fiber annotations (only in `-Zsanitizer=address` builds, see build.rs):
+/// ASan must be told about every stack switch, or it takes the actor stack for the thread's
+/// own, ignores `__asan_handle_no_return` on panics and reports stale redzones as overflows.
+/// Every switch is bracketed: [`asan::leave`] with the target stack's bounds before it,
+/// [`asan::arrive`] after it returns (in the resumed context).
+#[cfg(smarm_asan)]
+pub(crate) mod asan {
+    use core::ffi::c_void;
+    use std::cell::Cell;
+
+    extern "C" {
+        fn __sanitizer_start_switch_fiber(fake_stack_save: *mut *mut c_void, bottom: *const c_void, size: usize);
+        fn __sanitizer_finish_switch_fiber(
+            fake_stack_save: *mut c_void,
+            bottom_old: *mut *const c_void,
+            size_old: *mut usize,
+        );
+    }
+
+    thread_local! {
+        /// This OS thread's own stack (where its scheduler runs): (bottom, size).
+        static THREAD_STACK: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    }
+
+    /// The calling OS thread's stack bounds.
+    pub(crate) fn thread_stack() -> (usize, usize) {
+        let cached = THREAD_STACK.with(|c| c.get());
+        if cached.1 != 0 {
+            return cached;
+        }
+        // SAFETY: pthread_getattr_np fills `attr` for the calling thread, which we destroy.
+        let bounds = unsafe {
+            let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+            assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);
+            let mut addr: *mut c_void = core::ptr::null_mut();
+            let mut size = 0usize;
+            assert_eq!(libc::pthread_attr_getstack(&attr, &mut addr, &mut size), 0);
+            libc::pthread_attr_destroy(&mut attr);
+            (addr as usize, size)
+        };
+        THREAD_STACK.with(|c| c.set(bounds));
+        bounds
+    }
+
+    /// Before a switch to the stack `(bottom, size)`; `save` is the leaving context's slot
+    /// (None when it will never be resumed).
+    pub(crate) fn leave(save: Option<&mut *mut c_void>, (bottom, size): (usize, usize)) {
+        let save = save.map_or(core::ptr::null_mut(), |s| s as *mut *mut c_void);
+        // SAFETY: the documented ASan interface; the bounds are those of a mapped stack.
+        unsafe { __sanitizer_start_switch_fiber(save, bottom as *const c_void, size) };
+    }
+
+    /// First thing after a switch returns (or an actor starts: `save` null).
+    pub(crate) fn arrive(save: *mut c_void) {
+        // SAFETY: the documented ASan interface; `save` is what `leave` stored for this context.
+        unsafe { __sanitizer_finish_switch_fiber(save, core::ptr::null_mut(), core::ptr::null_mut()) };
+    }
+}

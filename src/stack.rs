@@ -94,6 +94,18 @@ impl Stack {
         // SAFETY: base + len is the end of our own mapping.
         unsafe { self.base.add(self.len) }
     }
+
+    /// Clears AddressSanitizer's poisoning of the usable stack (see build.rs): a new actor
+    /// starts on it with none of the previous one's frames.
+    #[cfg(smarm_asan)]
+    pub(crate) fn asan_unpoison(&self) {
+        extern "C" {
+            fn __asan_unpoison_memory_region(addr: *const u8, size: usize);
+        }
+        // SAFETY: the usable part of our own mapping, above the guard; ASan's runtime is linked
+        // whenever this cfg is set (the build runs with `-Zsanitizer=address`).
+        unsafe { __asan_unpoison_memory_region(self.base.add(GUARD_BYTES), self.len - GUARD_BYTES) };
+    }
 }
 
 impl Drop for Stack {

@@ -504,7 +504,14 @@ impl Worker {
             self.slice_start.set(0);
             // SAFETY: the actor is ours (claimed) and its saved sp is a suspended context on
             // its live stack.
+            #[cfg(smarm_asan)]
+            let mut asan_save = core::ptr::null_mut();
+            #[cfg(smarm_asan)]
+            // SAFETY: the claimed actor's control block, its stack bound by `prepare_to_run`.
+            crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*cell) });
             let sp = unsafe { switch_to_actor((*cell).sp, &raw mut (*cell).sched_sp) };
+            #[cfg(smarm_asan)]
+            crate::context::asan::arrive(asan_save);
             // Whoever switched back: the actor we resumed, or one it (transitively) handed
             // the thread to (`hand_off_park`), which set `current` before running.
             let index = self.current.replace(NONE);
@@ -582,6 +589,8 @@ impl Worker {
             if (*cell).stack_len == 0 {
                 // First run: bind the stack its spawn reserved (the pool's hottest).
                 let stack = self.shared.stacks.take_reserved();
+                #[cfg(smarm_asan)]
+                stack.asan_unpoison();
                 (*cell).sp = crate::context::init_stack(stack.top(), actor_entry, slot as *const Slot as *mut u8);
                 let (base, len) = stack.into_raw();
                 (*cell).stack_base = base;
@@ -730,8 +739,20 @@ pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
     set_current_worker(core::ptr::null());
 }
 
+/// The usable stack of an actor as `(bottom, size)` (ASan fiber annotations).
+///
+/// # Safety
+/// `cell` is a control block the caller owns, with its stack bound.
+#[cfg(smarm_asan)]
+unsafe fn actor_stack(cell: &crate::actor::ActorCell) -> (usize, usize) {
+    let g = crate::stack::GUARD_BYTES;
+    (cell.stack_base + g, cell.stack_len - g)
+}
+
 /// First function on every actor stack (called by the trampoline with the slot).
 pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usize) -> ! {
+    #[cfg(smarm_asan)]
+    crate::context::asan::arrive(core::ptr::null_mut());
     if resume_value != 0 {
         finish_hand_off(resume_value);
     }
@@ -747,7 +768,11 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
         if let Some((shared, pid)) = current_actor_pid() {
             crate::process::on_exit(&*shared, pid, &reason);
         }
+        // This frame never returns: nothing in it is dropped unless dropped here.
+        drop(reason);
         (*cell).intent = INTENT_DONE;
+        #[cfg(smarm_asan)]
+        crate::context::asan::leave(None, crate::context::asan::thread_stack());
         switch_to_scheduler((*cell).sched_sp);
     }
     // A retired actor is never resumed.
@@ -854,10 +879,16 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
     #[cfg(debug_assertions)]
     crate::sync::raw_mutex::order::assert_none_held();
     // SAFETY: we are the running actor; `sched_sp` was written by the switch that resumed us.
+    #[cfg(smarm_asan)]
+    let mut asan_save = core::ptr::null_mut();
+    #[cfg(smarm_asan)]
+    crate::context::asan::leave(Some(&mut asan_save), crate::context::asan::thread_stack());
     let resume_value = unsafe {
         (*cell).intent = intent;
         switch_to_scheduler((*cell).sched_sp)
     };
+    #[cfg(smarm_asan)]
+    crate::context::asan::arrive(asan_save);
     resumed(slot, index, pin, resume_value);
     slot
 }
@@ -955,7 +986,14 @@ fn hand_off_park(w: &Worker) -> Option<&'static Slot> {
     // SAFETY: `next` is claimed and its saved sp is a suspended context (or a fresh one just
     // bound); its `sched_sp` is set; the resume value names us, and nobody can resume us
     // before `next` has run `finish_hand_off` (we are RUNNING until then).
+    #[cfg(smarm_asan)]
+    let mut asan_save = core::ptr::null_mut();
+    #[cfg(smarm_asan)]
+    // SAFETY: `next`'s control block, claimed and prepared (its stack bound).
+    crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*next_cell) });
     let resume_value = unsafe { crate::context::hand_off((*next_cell).sp, &raw mut (*cell).sp, index as usize + 1) };
+    #[cfg(smarm_asan)]
+    crate::context::asan::arrive(asan_save);
     resumed(slot, index, UNPINNED, resume_value);
     Some(slot)
 }
