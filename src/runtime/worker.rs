@@ -878,11 +878,11 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
     }
     #[cfg(debug_assertions)]
     crate::sync::raw_mutex::order::assert_none_held();
-    // SAFETY: we are the running actor; `sched_sp` was written by the switch that resumed us.
     #[cfg(smarm_asan)]
     let mut asan_save = core::ptr::null_mut();
     #[cfg(smarm_asan)]
     crate::context::asan::leave(Some(&mut asan_save), crate::context::asan::thread_stack());
+    // SAFETY: we are the running actor; `sched_sp` was written by the switch that resumed us.
     let resume_value = unsafe {
         (*cell).intent = intent;
         switch_to_scheduler((*cell).sched_sp)
