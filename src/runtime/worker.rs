@@ -1087,20 +1087,29 @@ pub(crate) fn current_actor_pid() -> Option<(*const Shared, Pid)> {
     w.current_pid().map(|pid| (w.shared_ptr(), pid))
 }
 
-/// The running actor, as `(runtime, pid, slot)`, if called from an actor.
-pub(crate) fn current_actor_slot() -> Option<(*const Shared, Pid, &'static Slot)> {
+/// This thread's worker, the running actor's index and its slot (stable across migration),
+/// if called from an actor. The worker must not be used after a switch.
+#[inline(always)]
+fn running_actor() -> Option<(&'static Worker, u32, &'static Slot)> {
     let w = current_worker();
     if w.is_null() {
         return None;
     }
-    // SAFETY: a non-null worker pointer is this thread's live worker.
-    let w = unsafe { &*w };
+    // SAFETY: a non-null worker pointer is this thread's live worker; callers drop it
+    // before any switch (the 'static only spares them a lifetime they cannot name).
+    let w: &'static Worker = unsafe { &*w };
     let index = w.current.get();
     if index == NONE {
         return None;
     }
     // SAFETY: the slab outlives the runtime's actors (as in `switch_out`).
     let slot: &'static Slot = unsafe { &*(w.shared.slab.slot(index) as *const Slot) };
+    Some((w, index, slot))
+}
+
+/// The running actor, as `(runtime, pid, slot)`, if called from an actor.
+pub(crate) fn current_actor_slot() -> Option<(*const Shared, Pid, &'static Slot)> {
+    let (w, index, slot) = running_actor()?;
     // Relaxed: the running actor's generation cannot change under it.
     let gen = (slot.state.load(Ordering::Relaxed) >> 32) as u32;
     Some((w.shared_ptr(), w.shared.slab.pid(index, gen), slot))
@@ -1181,18 +1190,8 @@ pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
 /// later, counting from then, so it never fires early and a prompt wake costs no wheel
 /// traffic and no clock read.
 pub(crate) fn park_timeout(timeout: Duration) -> Option<bool> {
-    let w = current_worker();
-    if w.is_null() {
-        return None;
-    }
-    // SAFETY: this thread's live worker; not used after the switch.
-    let w = unsafe { &*w };
-    let index = w.current.get();
-    if index == NONE {
-        return None;
-    }
-    // SAFETY: the slab outlives the runtime's actors (as in `switch_out`).
-    let slot: &'static Slot = unsafe { &*(w.shared.slab.slot(index) as *const Slot) };
+    // The worker is not used after the switch in `park_current`.
+    let (w, index, slot) = running_actor()?;
     // Relaxed: only this actor starts requests on its slot, and it ended the last one itself.
     let seq = (slot.lazy.load(Ordering::Relaxed) >> 2) + 1;
     // Relaxed: published by the Release store of the PENDING word just below.
