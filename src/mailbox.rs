@@ -7,10 +7,27 @@
 //! mailbox belongs to one occupancy of a slot, so a newer actor in the same slot never
 //! receives it. Plain `spawn` actors get a signal-only mailbox on first use (monitor,
 //! trap_exit), read with [`recv_signal`](crate::recv_signal).
+//!
+//! # Hand-off into a parked receive
+//!
+//! An owner parked in a receive that takes the first envelope (`recv`, `recv_timeout`,
+//! `recv_signal`) registers a [`Hand`] in its own frame next to its waiter. The next push
+//! moves its envelope straight into that cell instead of queueing it, so the woken owner
+//! returns it without taking the lock again (one lock round per message for the receiver,
+//! not two). The pusher, under the lock: takes the registration, writes the cell, wakes the
+//! owner, and only then sets `filled` (Release) — after that store it touches nothing, so
+//! an owner that sees `filled` may leave at once, and its runtime may end, without a wake
+//! still in flight (the argument of `reply`'s "Why the wake comes before DONE"). An owner
+//! resumed without seeing `filled` (woken early by that very push, a timeout, or a spurious
+//! wake) takes the lock, which orders it after any push in progress, and looks again.
+//! The registration exists only while the queue is empty, so FIFO order is kept.
 
 use std::any::Any;
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::fmt;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,9 +62,56 @@ struct State<M> {
     queue: VecDeque<Envelope<M>>,
     /// The owning actor, parked in a receive.
     waiter: Option<Waiter>,
+    /// Set with `waiter` by a receive that takes the first envelope, while the queue is
+    /// empty: the next push hands its envelope to this cell (see the module doc).
+    hand: HandPtr<M>,
     /// False once the owning `Mailbox` is gone: sends are dropped.
     alive: bool,
 }
+
+/// The cell in a parked receiver's frame that a push fills directly.
+struct Hand<M> {
+    value: UnsafeCell<MaybeUninit<Envelope<M>>>,
+    /// Written once, by the pusher, after its wake (module doc); the value is then the
+    /// receiver's.
+    filled: AtomicBool,
+}
+
+impl<M> Hand<M> {
+    fn new() -> Hand<M> {
+        Hand { value: UnsafeCell::new(MaybeUninit::uninit()), filled: AtomicBool::new(false) }
+    }
+
+    /// The handed envelope, if a push filled the cell. Call at most once after it returns
+    /// `Some`.
+    fn take(&self) -> Option<Envelope<M>> {
+        // Acquire: pairs with the pusher's Release store, so the envelope is in the cell
+        // and the pusher is done with it and with the wake.
+        if !self.filled.load(Ordering::Acquire) {
+            return None;
+        }
+        self.filled.store(false, Ordering::Relaxed);
+        // SAFETY: `filled` (seen with Acquire) says the pusher moved an envelope in; it is
+        // read out once (the flag is cleared, and only the owner reads it).
+        Some(unsafe { (*self.value.get()).assume_init_read() })
+    }
+}
+
+impl<M> Drop for Hand<M> {
+    fn drop(&mut self) {
+        // An envelope handed to a receive that then unwound (its registration was already
+        // cleared under the lock, so no push can still be writing).
+        drop(self.take());
+    }
+}
+
+/// A registered [`Hand`], or null.
+struct HandPtr<M>(*const Hand<M>);
+
+// SAFETY: the pointer is only followed under the mailbox lock, while the receiver that
+// registered it is parked in the receive whose frame holds the cell (it deregisters under
+// the same lock before leaving); an `Envelope<M>` moves through it, so `M: Send` suffices.
+unsafe impl<M: Send> Send for HandPtr<M> {}
 
 pub(crate) struct MailboxInner<M> {
     state: RawMutex<State<M>>,
@@ -57,7 +121,10 @@ pub(crate) struct MailboxInner<M> {
 impl<M> MailboxInner<M> {
     fn new(pid: Pid) -> Arc<Self> {
         Arc::new(MailboxInner {
-            state: RawMutex::new(Rank::Primitive, State { queue: VecDeque::new(), waiter: None, alive: true }),
+            state: RawMutex::new(
+                Rank::Primitive,
+                State { queue: VecDeque::new(), waiter: None, hand: HandPtr(std::ptr::null()), alive: true },
+            ),
             pid,
         })
     }
@@ -66,6 +133,19 @@ impl<M> MailboxInner<M> {
         let mut s = self.state.lock();
         if !s.alive {
             return Err(e);
+        }
+        let hand = std::mem::replace(&mut s.hand, HandPtr(std::ptr::null())).0;
+        if !hand.is_null() {
+            let w = s.waiter.take().expect("smarm: a mailbox hand without its waiter");
+            // SAFETY: a registered hand is in the frame of the receiver parked on it, which
+            // cannot leave before it takes this lock or sees `filled` (module doc).
+            unsafe {
+                (*(*hand).value.get()).write(e);
+                w.wake();
+                // Release: the envelope and the finished wake before the receiver's Acquire.
+                (*hand).filled.store(true, Ordering::Release);
+            }
+            return Ok(());
         }
         if s.queue.capacity() == 0 {
             s.queue.reserve(16);
@@ -77,22 +157,48 @@ impl<M> MailboxInner<M> {
         Ok(())
     }
 
-    /// Takes the first envelope accepted by `pred`, parking until one arrives or `deadline`.
-    fn recv_where(&self, mut limit: WaitLimit, mut pred: impl FnMut(&Envelope<M>) -> bool) -> Option<Envelope<M>> {
+    /// The first envelope, parking until one arrives or the limit passes.
+    fn recv_first(&self, limit: WaitLimit) -> Option<Envelope<M>> {
+        self.recv_where(limit, true, |_| true)
+    }
+
+    /// Takes the first envelope accepted by `pred`, parking until one arrives or the limit
+    /// passes. `any` says `pred` accepts everything: the receive may then be handed the next
+    /// envelope directly (see the module doc).
+    #[inline(always)]
+    fn recv_where(
+        &self,
+        mut limit: WaitLimit,
+        any: bool,
+        mut pred: impl FnMut(&Envelope<M>) -> bool,
+    ) -> Option<Envelope<M>> {
         let mut s = self.state.lock();
+        let hand = Hand::new();
         loop {
             if let Some(i) = s.queue.iter().position(&mut pred) {
                 return if i == 0 { s.queue.pop_front() } else { s.queue.remove(i) };
             }
             s.waiter = Some(Waiter::current());
+            if any {
+                s.hand = HandPtr(&hand);
+            }
             drop(s);
             // Deregisters if the park unwinds (the actor was killed); on a normal return the
-            // registration is cleared under the lock taken next anyway.
+            // registration is cleared under the lock taken next anyway. Declared after
+            // `hand`, so it runs first: the cell is out of reach before it goes.
             let guard = Deregister(self);
             let timed_out = limit.park();
             std::mem::forget(guard);
+            if let Some(e) = hand.take() {
+                return Some(e);
+            }
             s = self.state.lock();
+            // A push may have finished between the look above and this lock.
+            if let Some(e) = hand.take() {
+                return Some(e);
+            }
             s.waiter = None;
+            s.hand = HandPtr(std::ptr::null());
             if timed_out {
                 // The limit passed: one last look, then time out.
                 let i = s.queue.iter().position(&mut pred)?;
@@ -106,7 +212,9 @@ struct Deregister<'a, M>(&'a MailboxInner<M>);
 
 impl<M> Drop for Deregister<'_, M> {
     fn drop(&mut self) {
-        self.0.state.lock().waiter = None;
+        let mut s = self.0.state.lock();
+        s.waiter = None;
+        s.hand = HandPtr(std::ptr::null());
     }
 }
 
@@ -136,8 +244,18 @@ impl<M: Send + 'static> SignalSink for MailboxInner<M> {
 }
 
 /// An actor's own mailbox (given to the body by [`spawn_actor`](crate::spawn_actor)).
+///
+/// A mailbox has one receiver at a time: it can move to another actor or thread (`Send`)
+/// but not be shared by several (`!Sync`):
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<smarm::Mailbox<u32>>();
+/// ```
 pub struct Mailbox<M> {
     inner: Arc<MailboxInner<M>>,
+    /// `!Sync`: a parked receive registers itself as *the* receiver (module doc).
+    _one_receiver: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
 impl<M> fmt::Debug for Mailbox<M> {
@@ -149,7 +267,7 @@ impl<M> fmt::Debug for Mailbox<M> {
 impl<M: Send + 'static> Mailbox<M> {
     /// The next message or signal, parking until one arrives.
     pub fn recv(&self) -> Envelope<M> {
-        self.inner.recv_where(WaitLimit::Forever, |_| true).expect("no deadline")
+        self.inner.recv_first(WaitLimit::Forever).expect("no deadline")
     }
 
     /// The next message or signal, if one is queued.
@@ -159,13 +277,13 @@ impl<M: Send + 'static> Mailbox<M> {
 
     /// The next message or signal, waiting at most `timeout` (zero polls).
     pub fn recv_timeout(&self, timeout: Duration) -> Option<Envelope<M>> {
-        self.inner.recv_where(WaitLimit::For(timeout), |_| true)
+        self.inner.recv_first(WaitLimit::For(timeout))
     }
 
     /// Selective receive: the first queued envelope accepted by `pred`, leaving the others in
     /// order; waits for one (at most `timeout`, if given).
     pub fn recv_match(&self, timeout: Option<Duration>, pred: impl FnMut(&Envelope<M>) -> bool) -> Option<Envelope<M>> {
-        self.inner.recv_where(WaitLimit::from_timeout(timeout), pred)
+        self.inner.recv_where(WaitLimit::from_timeout(timeout), false, pred)
     }
 
     /// An address for this mailbox.
@@ -290,7 +408,7 @@ pub(crate) fn recv_signal_from(sink: Arc<dyn SignalSink>, deadline: Option<Insta
     let mb = sink.as_any().downcast::<MailboxInner<NoMsg>>().unwrap_or_else(|_| {
         panic!("smarm::recv_signal: this actor has a typed Mailbox; receive signals from it instead")
     });
-    mb.recv_where(deadline.map_or(WaitLimit::Forever, WaitLimit::Until), |_| true).map(|e| match e {
+    mb.recv_first(deadline.map_or(WaitLimit::Forever, WaitLimit::Until)).map(|e| match e {
         Envelope::Down(d) => Signal::Down(d),
         Envelope::Exit(x) => Signal::Exit(x),
         Envelope::Msg(never) => match never {},
@@ -301,5 +419,5 @@ pub(crate) fn recv_signal_from(sink: Arc<dyn SignalSink>, deadline: Option<Insta
 pub(crate) fn new_mailbox<M: Send + 'static>(pid: Pid) -> (Mailbox<M>, Arc<dyn SignalSink>) {
     let inner = MailboxInner::<M>::new(pid);
     let sink: Arc<dyn SignalSink> = inner.clone();
-    (Mailbox { inner }, sink)
+    (Mailbox { inner, _one_receiver: std::marker::PhantomData }, sink)
 }

@@ -16,7 +16,8 @@
 //!    (see `timer`);
 //! 2. this thread's private inbox (actors pinned here while unwinding);
 //! 3. the wake slot, unless it has served `lifo_run_limit` runs in a row, in which case its
-//!    occupant goes to this thread's local queue, behind the work it kept waiting;
+//!    occupant goes to this thread's local queue, behind the work it kept waiting (with
+//!    nothing queued that is a no-op: a hand-off then simply starts a new run of turns);
 //! 4. this thread's local queue, then the shared run queue (every `GLOBAL_FIRST_INTERVAL`-th
 //!    round the other way round, so work queued from outside is never starved, and with a
 //!    rebalancing steal in between); if more remain and a thread sleeps, nudge it (it will
@@ -489,7 +490,12 @@ impl Worker {
     #[cold]
     #[inline(never)]
     fn round_due(&self) -> bool {
-        !self.shared.timers.is_empty() || !self.pending_timeouts.is_empty() || self.stealable()
+        !self.shared.timers.is_empty() || self.timeouts_to_arm() || self.stealable()
+    }
+
+    /// The oldest lazy timeout is old enough to arm (what `arm_timeouts(false)` would do).
+    fn timeouts_to_arm(&self) -> bool {
+        self.pending_timeouts.front().is_some_and(|p| self.tick.get().wrapping_sub(p.tick) >= LAZY_ARM_ROUNDS)
     }
 
     fn run_actor(&self, index: u32) {
@@ -944,14 +950,26 @@ fn resumed(slot: &Slot, index: u32, pin: u32, resume_value: usize) {
 #[inline(always)]
 fn hand_off_park(w: &Worker) -> Option<&'static Slot> {
     let next = w.wake_slot.get();
-    if next == NONE || w.lifo_runs.get() >= w.lifo_run_limit {
+    if next == NONE {
         return None;
     }
     let sh = &*w.shared;
     let tick = w.tick.get().wrapping_add(1);
-    if (tick % 64 == 0 && !sh.timers.is_empty()) || !sh.inboxes[w.index].is_empty() {
+    // The scheduler's periodic round work, at its cadence (the timers' 64 is a multiple of
+    // GLOBAL_FIRST_INTERVAL), and pinned actors, which go before the slot.
+    if (tick % GLOBAL_FIRST_INTERVAL == 0 && w.round_due()) || !sh.inboxes[w.index].is_empty() {
         return None;
     }
+    // The lifo limit keeps queued work from waiting behind the slot forever. With nothing
+    // queued, the scheduler would push the occupant to the local queue and pop it straight
+    // back: the new run of turns starts here instead.
+    let lifo_runs = if w.lifo_runs.get() < w.lifo_run_limit {
+        w.lifo_runs.get()
+    } else if sh.locals[w.index].is_empty() && sh.run_queue.is_empty() {
+        0
+    } else {
+        return None;
+    };
     let index = w.current.get();
     // SAFETY: as in `switch_out`: the slab outlives the runtime's actors.
     let slot: &'static Slot = unsafe { &*(sh.slab.slot(index) as *const Slot) };
@@ -960,7 +978,7 @@ fn hand_off_park(w: &Worker) -> Option<&'static Slot> {
     }
     // Committed: the wake slot's occupant runs next, as the scheduler's step 3 would do.
     w.wake_slot.set(NONE);
-    w.lifo_runs.set(w.lifo_runs.get() + 1);
+    w.lifo_runs.set(lifo_runs + 1);
     w.tick.set(tick);
     // Relaxed: published to wakers by the Release park transition in `finish_hand_off`.
     if slot.pinned.load(Ordering::Relaxed) != UNPINNED {
