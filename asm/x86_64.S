@@ -45,14 +45,14 @@
 //
 // Two callers:
 // - the scheduler resuming an actor: `save_sp_out` is the actor's `sched_sp` field (so the
-//   actor knows where to return without touching a thread-local) and `resume_value` is 0.
-//   The call returns (rax) the actor's new saved sp once the actor switches back with
-//   smarm_switch_to_scheduler.
+//   actor knows where to return without touching a thread-local) and `resume_value` is the
+//   scheduler thread's worker. The call returns (rax) the actor's new saved sp once the
+//   actor switches back with smarm_switch_to_scheduler.
 // - an actor handing the thread directly to another actor (a "hand-off", see
 //   src/runtime/worker.rs): `save_sp_out` is the parking actor's own `sp` field and
-//   `resume_value` is non-zero (it names the parked actor, whose post-switch bookkeeping
-//   the resumed actor then performs). The call returns whatever the context that later
-//   resumes this actor passes: 0 from a scheduler, non-zero from another hand-off.
+//   `resume_value` is the same worker (which records the parked actor, whose post-switch
+//   bookkeeping the resumed actor then performs). The call returns whatever the context
+//   that later resumes this actor passes.
 // ---------------------------------------------------------------------------------------
     .globl smarm_switch_to_actor
     .hidden smarm_switch_to_actor

@@ -74,11 +74,11 @@
 //! switch itself, so an actor may be resumed by any scheduler thread.
 //!
 //! An actor may also switch straight to another actor ([`hand_off`], the same asm routine):
-//! it saves its own sp into its control block, copies its `sched_sp` to the target (which
-//! will return to that same scheduler), and passes a non-zero *resume value* that the
-//! target's pending switch call returns (rax), naming the actor whose post-switch
-//! bookkeeping the target must do. A scheduler resumes with 0, so every suspension point
-//! knows who resumed it.
+//! it saves its own sp into its control block and copies its `sched_sp` to the target
+//! (which will return to that same scheduler). Every resume passes a *resume value* that
+//! the target's pending switch call returns (rax); the runtime passes the resuming
+//! thread's worker, so a resumed actor learns the thread it now runs on without reading a
+//! thread-local (the worker records whether the resume was a hand-off, and from whom).
 //!
 //! # Thread-locals and migration (the rule)
 //!
@@ -199,17 +199,18 @@ fn fp_control_load(diff: FpControl, target: FpControl) {
 }
 
 /// Scheduler side of a switch: runs the context saved at `target_sp` until it switches
-/// back, and returns that context's new saved sp.
+/// back, and returns that context's new saved sp. The resumed context's pending switch
+/// call returns `resume_value`.
 ///
 /// # Safety
 /// `target_sp` must be a saved sp produced by [`init_stack`] or returned by a previous
 /// `switch_to_actor`, not resumed since, on a stack that is still mapped. `sched_sp_out`
 /// must be valid for writes and must be where the resumed context reads its scheduler's sp.
 #[inline(always)]
-pub(crate) unsafe fn switch_to_actor(target_sp: usize, sched_sp_out: *mut usize) -> usize {
+pub(crate) unsafe fn switch_to_actor(target_sp: usize, sched_sp_out: *mut usize, resume_value: usize) -> usize {
     // SAFETY: forwarded to the caller's contract; the asm follows the SysV ABI for the
     // registers it does not save.
-    let sp = unsafe { smarm_switch_to_actor(target_sp, sched_sp_out, 0) };
+    let sp = unsafe { smarm_switch_to_actor(target_sp, sched_sp_out, resume_value) };
     tls_fence();
     sp
 }
@@ -217,16 +218,15 @@ pub(crate) unsafe fn switch_to_actor(target_sp: usize, sched_sp_out: *mut usize)
 /// Actor-to-actor switch (a hand-off): suspends the running actor, storing its saved sp
 /// through `save_sp_out`, and resumes the actor saved at `target_sp`, whose pending switch
 /// call returns `resume_value`. Returns the `resume_value` of whichever context resumes the
-/// caller later: 0 for a scheduler, non-zero for another hand-off.
+/// caller later.
 ///
 /// # Safety
 /// As for [`switch_to_actor`] for `target_sp`; in addition the target's `sched_sp` must
 /// already hold the scheduler the caller would have returned to (the target will return
-/// there), `resume_value` must be non-zero, and the caller must not be resumed by anyone
-/// before the target has finished with the post-switch bookkeeping `resume_value` names.
+/// there), and the caller must not be resumed by anyone before the target has finished the
+/// caller's post-switch bookkeeping.
 #[inline(always)]
 pub(crate) unsafe fn hand_off(target_sp: usize, save_sp_out: *mut usize, resume_value: usize) -> usize {
-    debug_assert_ne!(resume_value, 0, "a hand-off must pass a non-zero resume value");
     // SAFETY: forwarded to the caller's contract.
     let v = unsafe { smarm_switch_to_actor(target_sp, save_sp_out, resume_value) };
     tls_fence();
@@ -235,7 +235,7 @@ pub(crate) unsafe fn hand_off(target_sp: usize, save_sp_out: *mut usize, resume_
 
 /// Actor side of a switch: suspends the running actor and resumes its scheduler. Returns
 /// when some scheduler thread (possibly another one) or a handing-off actor resumes the
-/// actor, with that switch's `resume_value` (0 from a scheduler; see [`hand_off`]).
+/// actor, with that switch's `resume_value`.
 ///
 /// # Safety
 /// Must run on an actor stack entered through [`switch_to_actor`], with `sched_sp` the value
@@ -280,10 +280,10 @@ pub fn raw_switch_pair_ticks(rounds: u64) -> u64 {
     // (it owns no resources).
     unsafe {
         let mut sp = init_stack(stack.top(), bounce, &mut ping as *mut Ping as *mut u8);
-        sp = switch_to_actor(sp, &mut ping.sched_sp); // first entry, not timed
+        sp = switch_to_actor(sp, &mut ping.sched_sp, 0); // first entry, not timed
         let start = crate::preempt::rdtsc();
         for _ in 0..rounds {
-            sp = switch_to_actor(sp, &mut ping.sched_sp);
+            sp = switch_to_actor(sp, &mut ping.sched_sp, 0);
         }
         let end = crate::preempt::rdtsc();
         let _ = sp;

@@ -68,7 +68,8 @@ use crate::process::{Cancelled, DownReason};
 use crate::slot_state::{Pid, Slot, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::{self, AltStack, Stack, GUARD_BYTES};
 
-use super::Shared;
+use super::{Inbox, Shared};
+use crate::local_queue::LocalQueue;
 
 /// `Worker::current` / wake slot value for "none".
 const NONE: u32 = u32::MAX;
@@ -117,10 +118,17 @@ pub(crate) fn thread_panicking() -> bool {
 pub(crate) struct Worker {
     pub(crate) index: usize,
     shared: Arc<Shared>,
+    /// `&shared.inboxes[index]` and `&shared.locals[index]`, looked up once (the hot paths
+    /// test them on every park).
+    inbox: *const Inbox,
+    local: *const LocalQueue,
     wake_slot: Cell<u32>,
     lifo_runs: Cell<u32>,
     /// Index of the actor this thread is running, or NONE while in scheduler code.
     current: Cell<u32>,
+    /// The actor that just handed this thread over (`hand_off_park`), whose park the resumed
+    /// actor completes first thing (`resumed`); NONE otherwise.
+    handed_from: Cell<u32>,
     /// rdtsc at the running actor's first preemption check since it was resumed; 0 until
     /// then (see `preempt`).
     pub(crate) slice_start: Cell<u64>,
@@ -253,7 +261,8 @@ const LAZY_ARM_ROUNDS: u32 = 2;
 /// scheduler and the actor it runs), so plain `Cell`s suffice. The newest entry can also be
 /// taken back by the actor that made it ([`PendingRing::take_newest`]).
 struct PendingRing {
-    buf: Box<[Cell<PendingTimeout>]>,
+    /// An array, not a slice: its length is a constant, so indexing needs no bounds check.
+    buf: Box<[Cell<PendingTimeout>; PENDING_CAP as usize]>,
     /// Free-running positions; `tail - head` entries, at `pos % PENDING_CAP`.
     head: Cell<u32>,
     tail: Cell<u32>,
@@ -265,11 +274,7 @@ const PENDING_CAP: u32 = 256;
 impl PendingRing {
     fn new() -> PendingRing {
         let empty = PendingTimeout { index: NONE, tick: 0, seq: 0 };
-        PendingRing {
-            buf: (0..PENDING_CAP).map(|_| Cell::new(empty)).collect(),
-            head: Cell::new(0),
-            tail: Cell::new(0),
-        }
+        PendingRing { buf: Box::new(std::array::from_fn(|_| Cell::new(empty))), head: Cell::new(0), tail: Cell::new(0) }
     }
 
     fn is_empty(&self) -> bool {
@@ -318,6 +323,20 @@ impl PendingRing {
 }
 
 impl Worker {
+    /// This thread's inbox of pinned actors.
+    #[inline(always)]
+    fn inbox(&self) -> &Inbox {
+        // SAFETY: points into `self.shared`, which `self` keeps alive.
+        unsafe { &*self.inbox }
+    }
+
+    /// This thread's local run queue.
+    #[inline(always)]
+    fn local(&self) -> &LocalQueue {
+        // SAFETY: points into `self.shared`, which `self` keeps alive.
+        unsafe { &*self.local }
+    }
+
     pub(crate) fn shared_ptr(&self) -> *const Shared {
         Arc::as_ptr(&self.shared)
     }
@@ -383,7 +402,7 @@ impl Worker {
     /// waits in FIFO order with the shared queue's work instead of the newest work
     /// overtaking it, and the local queue has room again.
     pub(crate) fn push_local(&self, index: u32) {
-        let local = &self.shared.locals[self.index];
+        let local = self.local();
         if let Err(index) = local.push(index) {
             for _ in 0..crate::local_queue::CAP / 2 {
                 match local.pop() {
@@ -407,7 +426,7 @@ impl Worker {
         }
         self.arm_timeouts(false);
         if !self.inbox_yielded.replace(false) {
-            if let Some(i) = sh.inboxes[self.index].pop() {
+            if let Some(i) = self.inbox().pop() {
                 return Some(i);
             }
         }
@@ -422,7 +441,7 @@ impl Worker {
             self.push_local(slot);
         }
         self.lifo_runs.set(0);
-        let local = &sh.locals[self.index];
+        let local = self.local();
         // Fairness between the queues: now and then the shared queue goes first, so work
         // queued from outside is not starved by a thread that keeps refilling its own.
         let found = if tick % GLOBAL_FIRST_INTERVAL == 0 {
@@ -438,7 +457,7 @@ impl Worker {
             }
             return Some(i);
         }
-        self.steal().or_else(|| sh.inboxes[self.index].pop())
+        self.steal().or_else(|| self.inbox().pop())
     }
 
     /// Takes the oldest actor from another thread's local queue, trying each once.
@@ -478,9 +497,9 @@ impl Worker {
     fn nothing_else_runnable(&self) -> bool {
         let sh = &*self.shared;
         self.wake_slot.get() == NONE
-            && sh.locals[self.index].is_empty()
+            && self.local().is_empty()
             && sh.run_queue.is_empty()
-            && sh.inboxes[self.index].is_empty()
+            && self.inbox().is_empty()
             // `next_runnable` advances the tick first: test the tick it would use.
             && (self.tick.get().wrapping_add(1) % GLOBAL_FIRST_INTERVAL != 0 || !self.round_due())
     }
@@ -515,7 +534,7 @@ impl Worker {
             #[cfg(smarm_asan)]
             // SAFETY: the claimed actor's control block, its stack bound by `prepare_to_run`.
             crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*cell) });
-            let sp = unsafe { switch_to_actor((*cell).sp, &raw mut (*cell).sched_sp) };
+            let sp = unsafe { switch_to_actor((*cell).sp, &raw mut (*cell).sched_sp, self as *const Worker as usize) };
             #[cfg(smarm_asan)]
             crate::context::asan::arrive(asan_save);
             // Whoever switched back: the actor we resumed, or one it (transitively) handed
@@ -548,7 +567,7 @@ impl Worker {
                     // Relaxed: written by the actor on this thread.
                     if slot.pinned.load(Ordering::Relaxed) != UNPINNED {
                         sh.slab.yield_queued(index);
-                        sh.inboxes[self.index].push(index);
+                        self.inbox().push(index);
                         self.inbox_yielded.set(true);
                         return;
                     }
@@ -690,7 +709,7 @@ impl Worker {
     fn idle_wait(&self) {
         let sh = &*self.shared;
         self.arm_timeouts(true);
-        let inbox = &sh.inboxes[self.index];
+        let inbox = &self.inbox();
         for _ in 0..IDLE_SPINS {
             if !sh.run_queue.is_empty() || !inbox.is_empty() || self.stealable() {
                 return;
@@ -721,12 +740,15 @@ pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
     shared.register_thread(index);
     let worker = Worker {
         index,
+        inbox: &*shared.inboxes[index],
+        local: &shared.locals[index],
         slice_cycles: shared.config.timeslice_cycles,
         lifo_run_limit: shared.config.lifo_run_limit,
         shared,
         wake_slot: Cell::new(NONE),
         lifo_runs: Cell::new(0),
         current: Cell::new(NONE),
+        handed_from: Cell::new(NONE),
         slice_start: Cell::new(0),
         live_fp: Cell::new(crate::context::FP_DEFAULT),
         tick: Cell::new(0),
@@ -759,9 +781,7 @@ unsafe fn actor_stack(cell: &crate::actor::ActorCell) -> (usize, usize) {
 pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usize) -> ! {
     #[cfg(smarm_asan)]
     crate::context::asan::arrive(core::ptr::null_mut());
-    if resume_value != 0 {
-        finish_hand_off(resume_value);
-    }
+    complete_hand_off(resumed_on(resume_value));
     // SAFETY: the spawner passed the actor's slot, which lives as long as the runtime.
     let slot = unsafe { &*(arg as *const Slot) };
     let cell = slot.cell.get();
@@ -867,7 +887,7 @@ pub(crate) fn mark_current_unwinding() {
 /// other context and mispredicts, so the resumed path should return as little as possible.
 /// Measured: an out-of-line `switch_out` cost ~23 ticks per yield round trip (outputs/history.md).
 #[inline(always)]
-fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
+fn switch_out(w: &Worker, intent: u8) -> (&'static Slot, &'static Worker) {
     let index = w.current.get();
     // SAFETY: the slab lives as long as the runtime, which outlives its actors; detaching
     // the lifetime from `w` lets us use the slot after `w` is gone (after migration).
@@ -895,24 +915,34 @@ fn switch_out(w: &Worker, intent: u8) -> &'static Slot {
     };
     #[cfg(smarm_asan)]
     crate::context::asan::arrive(asan_save);
-    resumed(slot, index, pin, resume_value);
-    slot
+    (slot, resumed(slot, index, pin, resume_value))
+}
+
+/// The worker a resume value names: every resume passes the resuming thread's worker (see
+/// `context`), so an actor learns the thread it now runs on without a thread-local read.
+/// Like [`current_worker`]'s result, it must not be kept across a switch.
+#[inline(always)]
+fn resumed_on(resume_value: usize) -> &'static Worker {
+    debug_assert!(
+        core::ptr::eq(resume_value as *const Worker, current_worker()),
+        "smarm: resumed by another thread's worker"
+    );
+    // SAFETY: the resuming thread's live worker, on whose thread we now run; the 'static
+    // only spares callers a lifetime they cannot name (they drop it before any switch).
+    unsafe { &*(resume_value as *const Worker) }
 }
 
 /// The common tail of every actor suspension, run once the actor is resumed: the debug
 /// checks of the thread-local rule, the pinned-unwinder count, and the bookkeeping of a
-/// hand-off that resumed us.
+/// hand-off that resumed us. Returns the worker of the thread we now run on.
 #[inline(always)]
-fn resumed(slot: &Slot, index: u32, pin: u32, resume_value: usize) {
-    if resume_value != 0 {
-        finish_hand_off(resume_value);
-    }
+fn resumed(slot: &Slot, index: u32, pin: u32, resume_value: usize) -> &'static Worker {
+    let w = resumed_on(resume_value);
+    complete_hand_off(w);
     #[cfg(debug_assertions)]
     {
         let cell = slot.cell.get();
-        let now = current_worker();
-        // SAFETY: the thread we now run on has a live worker.
-        let now = unsafe { &*now };
+        let now = w;
         // SAFETY: we are running again; whoever resumed us wrote assigned_thread.
         let assigned = unsafe { (*cell).assigned_thread };
         assert_eq!(
@@ -930,11 +960,9 @@ fn resumed(slot: &Slot, index: u32, pin: u32, resume_value: usize) {
     let _ = (slot, index);
     if pin != UNPINNED {
         // Pinned, so this is the same thread (and worker) we left.
-        let w = current_worker();
-        // SAFETY: this thread's live worker.
-        let w = unsafe { &*w };
         w.parked_unwinders.set(w.parked_unwinders.get() - 1);
     }
+    w
 }
 
 /// Parks the running actor by handing this thread straight to the actor in the wake slot,
@@ -948,7 +976,7 @@ fn resumed(slot: &Slot, index: u32, pin: u32, resume_value: usize) {
 /// performs the park transition (`finish_hand_off`), exactly as the scheduler would after
 /// a switch back, so no waker can resume it while its stack is still in use.
 #[inline(always)]
-fn hand_off_park(w: &Worker) -> Option<&'static Slot> {
+fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worker)> {
     let next = w.wake_slot.get();
     if next == NONE {
         return None;
@@ -957,7 +985,7 @@ fn hand_off_park(w: &Worker) -> Option<&'static Slot> {
     let tick = w.tick.get().wrapping_add(1);
     // The scheduler's periodic round work, at its cadence (the timers' 64 is a multiple of
     // GLOBAL_FIRST_INTERVAL), and pinned actors, which go before the slot.
-    if (tick % GLOBAL_FIRST_INTERVAL == 0 && w.round_due()) || !sh.inboxes[w.index].is_empty() {
+    if (tick % GLOBAL_FIRST_INTERVAL == 0 && w.round_due()) || !w.inbox().is_empty() {
         return None;
     }
     // The lifo limit keeps queued work from waiting behind the slot forever. With nothing
@@ -965,7 +993,7 @@ fn hand_off_park(w: &Worker) -> Option<&'static Slot> {
     // back: the new run of turns starts here instead.
     let lifo_runs = if w.lifo_runs.get() < w.lifo_run_limit {
         w.lifo_runs.get()
-    } else if sh.locals[w.index].is_empty() && sh.run_queue.is_empty() {
+    } else if w.local().is_empty() && sh.run_queue.is_empty() {
         0
     } else {
         return None;
@@ -998,33 +1026,40 @@ fn hand_off_park(w: &Worker) -> Option<&'static Slot> {
         (*next_cell).sched_sp = (*cell).sched_sp;
     }
     w.current.set(next);
+    w.handed_from.set(index);
     w.slice_start.set(0);
     #[cfg(debug_assertions)]
     crate::sync::raw_mutex::order::assert_none_held();
     // SAFETY: `next` is claimed and its saved sp is a suspended context (or a fresh one just
-    // bound); its `sched_sp` is set; the resume value names us, and nobody can resume us
-    // before `next` has run `finish_hand_off` (we are RUNNING until then).
+    // bound); its `sched_sp` is set; `handed_from` names us, and nobody can resume us
+    // before `next` has completed our park (we are RUNNING until then).
     #[cfg(smarm_asan)]
     let mut asan_save = core::ptr::null_mut();
     #[cfg(smarm_asan)]
     // SAFETY: `next`'s control block, claimed and prepared (its stack bound).
     crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*next_cell) });
-    let resume_value = unsafe { crate::context::hand_off((*next_cell).sp, &raw mut (*cell).sp, index as usize + 1) };
+    let resume_value =
+        unsafe { crate::context::hand_off((*next_cell).sp, &raw mut (*cell).sp, w as *const Worker as usize) };
     #[cfg(smarm_asan)]
     crate::context::asan::arrive(asan_save);
-    resumed(slot, index, UNPINNED, resume_value);
-    Some(slot)
+    Some((slot, resumed(slot, index, UNPINNED, resume_value)))
 }
 
-/// Run by the actor a hand-off resumed, before anything else: the park transition of the
-/// actor that handed over (named by `resume_value`, its index + 1), whose context is now
-/// saved. If a wake arrived since it decided to park, it is queued to run again.
+/// Run by every resumed actor before anything else: if a hand-off resumed it, the park
+/// transition of the actor that handed over, whose context is now saved.
+#[inline(always)]
+fn complete_hand_off(w: &Worker) {
+    let prev = w.handed_from.get();
+    if prev != NONE {
+        w.handed_from.set(NONE);
+        finish_hand_off(w, prev);
+    }
+}
+
+/// The park transition of `prev`, which handed this thread over. If a wake arrived since it
+/// decided to park, it is queued to run again.
 #[inline(never)]
-fn finish_hand_off(resume_value: usize) {
-    let prev = (resume_value - 1) as u32;
-    let w = current_worker();
-    // SAFETY: we are a running actor, so this thread has a live worker.
-    let w = unsafe { &*w };
+fn finish_hand_off(w: &Worker, prev: u32) {
     let sh = w.shared();
     if !sh.slab.try_park(prev) {
         // Woken meanwhile: still RUNNING (the flag consumed); make it runnable.
@@ -1147,37 +1182,38 @@ pub(crate) fn yield_now() {
         std::thread::yield_now();
         return;
     }
-    let slot = switch_out(w, INTENT_YIELD);
+    let (slot, _) = switch_out(w, INTENT_YIELD);
     check_cancelled(slot);
 }
 
 /// Blocks the calling actor until woken (or the calling thread until unparked). May return
 /// spuriously: callers re-check their condition.
 pub(crate) fn park_current() {
-    let w = current_worker();
-    if w.is_null() {
-        std::thread::park();
-        return;
+    match running_actor() {
+        Some((w, _, slot)) => {
+            park_running(w, slot);
+        }
+        None => std::thread::park(),
     }
-    // SAFETY: this thread's live worker; not used after the switch.
-    let w = unsafe { &*w };
-    let Some(slot) = w.current_slot() else {
-        std::thread::park();
-        return;
-    };
+}
+
+/// Parks the running actor `slot` of worker `w` (see [`park_current`]); returns the worker
+/// of the thread it was resumed on.
+#[inline(always)]
+fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
     // An actor being shut down while it unwinds must not block on something that may never
     // come; it yields instead and its caller's loop re-checks.
     let cancelled = slot.cancel.load(Ordering::Acquire) != CANCEL_NONE;
-    if cancelled && actor_unwinding(slot) {
-        let slot = switch_out(w, INTENT_YIELD);
-        check_cancelled(slot);
-        return;
-    }
-    let slot = match hand_off_park(w) {
-        Some(slot) => slot,
-        None => switch_out(w, INTENT_PARK),
+    let (slot, w) = if cancelled && actor_unwinding(slot) {
+        switch_out(w, INTENT_YIELD)
+    } else {
+        match hand_off_park(w) {
+            Some(resumed) => resumed,
+            None => switch_out(w, INTENT_PARK),
+        }
     };
     check_cancelled(slot);
+    w
 }
 
 /// Parks the caller (actor or thread) until woken or until `deadline` passes. Returns false,
@@ -1225,13 +1261,12 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<bool> {
         seq: u64,
     }
     impl Disarm {
-        fn finish(&self) -> bool {
+        /// `w`: the worker of the thread the actor now runs on.
+        fn finish(&self, w: &Worker) -> bool {
             // Resumed on the thread it parked on, before that thread looked at the request:
             // it is still the newest entry there, never seen by anyone (only this thread
             // reads its ring), so it ends without the CAS against a concurrent arming.
-            let w = current_worker();
-            // SAFETY: a running actor's thread has a live worker.
-            if unsafe { &*w }.pending_timeouts.take_newest(self.index, self.seq) {
+            if w.pending_timeouts.take_newest(self.index, self.seq) {
                 // Relaxed: nobody else looks at a request that is on no ring and no wheel.
                 self.slot.lazy.store(crate::timer::lazy_word(self.seq, crate::timer::LAZY_IDLE), Ordering::Relaxed);
                 return false;
@@ -1242,12 +1277,14 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<bool> {
     }
     impl Drop for Disarm {
         fn drop(&mut self) {
-            self.finish();
+            // Unwinding out of the park (the actor was stopped): on some thread's actor.
+            // SAFETY: a running actor's thread has a live worker.
+            self.finish(unsafe { &*current_worker() });
         }
     }
     let guard = Disarm { shared: w.shared_ptr(), slot, index, seq };
-    park_current();
-    let fired = guard.finish();
+    let w = park_running(w, slot);
+    let fired = guard.finish(w);
     std::mem::forget(guard);
     Some(fired)
 }
@@ -1286,7 +1323,30 @@ impl WaitLimit {
     /// Parks the caller (actor or thread) within the limit. Returns true when the limit has
     /// passed (the caller takes a last look at its condition and times out); false when
     /// woken, possibly spuriously. Registers the caller's waiter before calling this.
+    #[inline(always)]
     pub(crate) fn park(&mut self) -> bool {
+        // The two common cases inline; the rest (and a thread's park) out of line.
+        match *self {
+            WaitLimit::Forever => {
+                park_current();
+                false
+            }
+            WaitLimit::For(t) if !t.is_zero() => match park_timeout(t) {
+                Some(fired) => {
+                    *self = WaitLimit::Resumed(t);
+                    fired
+                }
+                None => self.park_slow(),
+            },
+            _ => self.park_slow(),
+        }
+    }
+
+    /// `park` for a deadline, a poll, a second park, and a thread's timed park (a relative
+    /// limit reaches here only off an actor: `park` tried the lazy timeout first).
+    #[cold]
+    #[inline(never)]
+    fn park_slow(&mut self) -> bool {
         match *self {
             WaitLimit::Forever => {
                 park_current();
@@ -1295,20 +1355,9 @@ impl WaitLimit {
             WaitLimit::Until(d) => !park_until(Some(d)),
             // A zero timeout polls: the limit has passed without parking.
             WaitLimit::For(t) if t.is_zero() => true,
-            WaitLimit::For(t) => match park_timeout(t) {
-                Some(fired) => {
-                    *self = WaitLimit::Resumed(t);
-                    fired
-                }
-                // Off an actor: a thread parks against a deadline.
-                None => {
-                    *self = WaitLimit::Until(Instant::now() + t);
-                    self.park()
-                }
-            },
-            WaitLimit::Resumed(t) => {
+            WaitLimit::For(t) | WaitLimit::Resumed(t) => {
                 *self = WaitLimit::Until(Instant::now() + t);
-                self.park()
+                self.park_slow()
             }
         }
     }
