@@ -105,6 +105,7 @@ impl<R> ReplyWait<R> {
     }
 
     /// Waits for the reply within `limit`.
+    #[inline(always)]
     pub(crate) fn wait(&self, mut limit: WaitLimit) -> Result<R, NoReply> {
         loop {
             // Acquire: pairs with the sender's Release store of DONE (the value is in).

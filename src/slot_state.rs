@@ -138,6 +138,80 @@ pub(crate) struct Slot {
     pub(crate) reply: AtomicU64,
 }
 
+impl Slot {
+    /// QUEUED -> RUNNING for the thread that popped this actor from a queue (or took it
+    /// from its wake slot).
+    #[inline]
+    pub(crate) fn claim(&self) {
+        // Acquire: pairs with the Release of whoever made the QUEUED transition (spawner,
+        // waker's RMW continuing the parker's release sequence, or the previous scheduler's
+        // yield), so the control block is ours to read. An RMW because wakers may
+        // concurrently set NOTIFIED, which must survive.
+        let prev = self.state.fetch_add(RUNNING - QUEUED, Ordering::Acquire);
+        debug_assert_eq!(state_of(prev), QUEUED, "claimed an actor that was not queued");
+    }
+
+    /// RUNNING -> QUEUED (yield). The caller then enqueues the index.
+    #[inline]
+    pub(crate) fn yield_queued(&self) {
+        // Release: hands the control block to the next claimer.
+        let prev = self.state.fetch_sub(RUNNING - QUEUED, Ordering::Release);
+        debug_assert_eq!(state_of(prev), RUNNING);
+    }
+
+    /// RUNNING -> PARKED, unless NOTIFIED is set: then the flag is consumed, the actor stays
+    /// RUNNING and `false` is returned (the caller resumes it at once).
+    #[inline]
+    pub(crate) fn try_park(&self) -> bool {
+        let state = &self.state;
+        // Relaxed: only this thread writes the state bits of a RUNNING actor; wakers only
+        // add NOTIFIED, which the CAS below will see if it races.
+        let cur = state.load(Ordering::Relaxed);
+        debug_assert_eq!(state_of(cur), RUNNING);
+        if cur & NOTIFIED != 0 {
+            state.fetch_and(!NOTIFIED, Ordering::Acquire);
+            return false;
+        }
+        let parked = (cur & !STATE_MASK) | PARKED;
+        // Release: hands the control block to the waker's RMW and from there to the next
+        // claimer. Failure: a wake set NOTIFIED meanwhile.
+        match state.compare_exchange(cur, parked, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => true,
+            Err(_) => {
+                // Acquire: pairs with the waker's Release, so what it wrote before waking us
+                // is visible when the actor resumes.
+                state.fetch_and(!NOTIFIED, Ordering::Acquire);
+                false
+            }
+        }
+    }
+
+    /// Wakes occupancy `gen` of this slot if it is still there. See [`Wake`].
+    #[inline]
+    pub(crate) fn wake(&self, gen: u32) -> Wake {
+        // Acquire: to observe the parker's Release (PARKED) before our RMW continues it.
+        let mut cur = self.state.load(Ordering::Acquire);
+        loop {
+            if gen_of(cur) != gen {
+                return Wake::Gone;
+            }
+            let next = match state_of(cur) {
+                PARKED => (cur & !STATE_MASK) | QUEUED,
+                QUEUED | RUNNING if cur & NOTIFIED == 0 => cur | NOTIFIED,
+                QUEUED | RUNNING => return Wake::Notified,
+                _ => return Wake::Gone,
+            };
+            // AcqRel: Release publishes what the waker wrote before waking (the actor reads
+            // it when it resumes); Acquire keeps the PARKED hand-over chain intact.
+            match self.state.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) if state_of(cur) == PARKED => return Wake::Enqueue,
+                Ok(_) => return Wake::Notified,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+}
+
 /// Outcome of [`Slab::wake`].
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Wake {
@@ -257,49 +331,21 @@ impl Slab {
     }
 
     /// QUEUED -> RUNNING for the thread that popped `index` from a queue.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn claim(&self, index: u32) {
-        // Acquire: pairs with the Release of whoever made the QUEUED transition (spawner,
-        // waker's RMW continuing the parker's release sequence, or the previous scheduler's
-        // yield), so the control block is ours to read. An RMW because wakers may
-        // concurrently set NOTIFIED, which must survive.
-        let prev = self.slot(index).state.fetch_add(RUNNING - QUEUED, Ordering::Acquire);
-        debug_assert_eq!(state_of(prev), QUEUED, "claimed an actor that was not queued");
+        self.slot(index).claim();
     }
 
     /// RUNNING -> QUEUED (yield). The caller then enqueues the index.
     #[inline]
     pub(crate) fn yield_queued(&self, index: u32) {
-        // Release: hands the control block to the next claimer.
-        let prev = self.slot(index).state.fetch_sub(RUNNING - QUEUED, Ordering::Release);
-        debug_assert_eq!(state_of(prev), RUNNING);
+        self.slot(index).yield_queued();
     }
 
-    /// RUNNING -> PARKED, unless NOTIFIED is set: then the flag is consumed, the actor stays
-    /// RUNNING and `false` is returned (the caller resumes it at once).
+    /// RUNNING -> PARKED unless NOTIFIED is set; see [`Slot::try_park`].
     #[inline]
     pub(crate) fn try_park(&self, index: u32) -> bool {
-        let state = &self.slot(index).state;
-        // Relaxed: only this thread writes the state bits of a RUNNING actor; wakers only
-        // add NOTIFIED, which the CAS below will see if it races.
-        let cur = state.load(Ordering::Relaxed);
-        debug_assert_eq!(state_of(cur), RUNNING);
-        if cur & NOTIFIED != 0 {
-            state.fetch_and(!NOTIFIED, Ordering::Acquire);
-            return false;
-        }
-        let parked = (cur & !STATE_MASK) | PARKED;
-        // Release: hands the control block to the waker's RMW and from there to the next
-        // claimer. Failure: a wake set NOTIFIED meanwhile.
-        match state.compare_exchange(cur, parked, Ordering::Release, Ordering::Relaxed) {
-            Ok(_) => true,
-            Err(_) => {
-                // Acquire: pairs with the waker's Release, so what it wrote before waking us
-                // is visible when the actor resumes.
-                state.fetch_and(!NOTIFIED, Ordering::Acquire);
-                false
-            }
-        }
+        self.slot(index).try_park()
     }
 
     /// RUNNING -> DONE: the actor finished; wakes for this generation become no-ops.
@@ -321,31 +367,22 @@ impl Slab {
     }
 
     /// Wakes the actor `pid` if it is still that occupancy. See [`Wake`].
+    #[cfg(test)]
     pub(crate) fn wake(&self, pid: Pid) -> Wake {
+        match self.wake_slot(pid) {
+            Some(slot) => slot.wake(pid.gen),
+            None => Wake::Gone,
+        }
+    }
+
+    /// The slot of `pid`, if this runtime handed it out (a pid of another runtime may be
+    /// out of range).
+    #[inline]
+    pub(crate) fn wake_slot(&self, pid: Pid) -> Option<&Slot> {
         if !self.owns(pid) {
-            return Wake::Gone;
+            return None;
         }
-        let Some(slot) = self.slots.get(pid.index as usize) else { return Wake::Gone };
-        // Acquire: to observe the parker's Release (PARKED) before our RMW continues it.
-        let mut cur = slot.state.load(Ordering::Acquire);
-        loop {
-            if gen_of(cur) != pid.gen {
-                return Wake::Gone;
-            }
-            let next = match state_of(cur) {
-                PARKED => (cur & !STATE_MASK) | QUEUED,
-                QUEUED | RUNNING if cur & NOTIFIED == 0 => cur | NOTIFIED,
-                QUEUED | RUNNING => return Wake::Notified,
-                _ => return Wake::Gone,
-            };
-            // AcqRel: Release publishes what the waker wrote before waking (the actor reads
-            // it when it resumes); Acquire keeps the PARKED hand-over chain intact.
-            match slot.state.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) if state_of(cur) == PARKED => return Wake::Enqueue,
-                Ok(_) => return Wake::Notified,
-                Err(actual) => cur = actual,
-            }
-        }
+        self.slots.get(pid.index as usize)
     }
 
     /// Whether `pid` is a live occupancy (not FREE or DONE, same generation). A snapshot.

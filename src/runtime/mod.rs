@@ -48,7 +48,7 @@ use crate::context;
 use crate::error::{BuildError, RunError, SpawnError};
 use crate::loom_shim::CachePadded;
 use crate::run_queue::RunQueue;
-use crate::slot_state::{Pid, Slab, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
+use crate::slot_state::{Pid, Slab, Slot, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::StackPool;
 use crate::timer::Timers;
 use idle::Idle;
@@ -464,8 +464,10 @@ impl Shared {
 
     /// Wakes `pid` if it is parked (and sets NOTIFIED otherwise). Safe from any thread.
     pub(crate) fn wake(&self, pid: Pid) {
-        if self.slab.wake(pid) == Wake::Enqueue {
-            self.enqueue_woken(pid.index());
+        if let Some(slot) = self.slab.wake_slot(pid) {
+            if slot.wake(pid.generation()) == Wake::Enqueue {
+                self.enqueue_woken(slot, pid.index());
+            }
         }
     }
 
@@ -475,10 +477,10 @@ impl Shared {
     ///   scheduler retiring a joined actor or firing a timer): that thread's wake slot (it
     ///   runs next there; the displaced occupant goes to the shared queue);
     /// - otherwise the shared queue, and wake a sleeper.
-    fn enqueue_woken(&self, index: u32) {
+    fn enqueue_woken(&self, slot: &Slot, index: u32) {
         // Relaxed: ordered after the Acquire half of the wake RMW, which read the state the
         // owner published (Release) after storing `pinned`.
-        let pinned = self.slab.slot(index).pinned.load(Ordering::Relaxed);
+        let pinned = slot.pinned.load(Ordering::Relaxed);
         if pinned != UNPINNED {
             self.inboxes[pinned as usize].push(index);
             if self.idle.wake_specific(pinned as usize) {
@@ -608,6 +610,7 @@ unsafe impl Send for Waiter {}
 
 impl Waiter {
     /// The calling actor, or the calling thread.
+    #[inline]
     pub(crate) fn current() -> Waiter {
         match worker::current_actor_pid() {
             Some((shared, pid)) => Waiter::Actor { shared, pid },

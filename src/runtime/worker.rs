@@ -127,8 +127,9 @@ pub(crate) struct Worker {
     /// Index of the actor this thread is running, or NONE while in scheduler code.
     current: Cell<u32>,
     /// The actor that just handed this thread over (`hand_off_park`), whose park the resumed
-    /// actor completes first thing (`resumed`); NONE otherwise.
+    /// actor completes first thing (`resumed`); NONE otherwise. `handed_slot` is its slot.
     handed_from: Cell<u32>,
+    handed_slot: Cell<*const Slot>,
     /// rdtsc at the running actor's first preemption check since it was resumed; 0 until
     /// then (see `preempt`).
     pub(crate) slice_start: Cell<u64>,
@@ -361,6 +362,7 @@ impl Worker {
     }
 
     /// The running actor's pid.
+    #[inline]
     pub(crate) fn current_pid(&self) -> Option<Pid> {
         let i = self.current.get();
         if i == NONE {
@@ -519,9 +521,10 @@ impl Worker {
 
     fn run_actor(&self, index: u32) {
         let sh = &*self.shared;
-        sh.slab.claim(index);
+        let slot = sh.slab.slot(index);
+        slot.claim();
         // SAFETY: we claimed the actor (QUEUED -> RUNNING), so its control block is ours.
-        unsafe { self.prepare_to_run(index) };
+        unsafe { self.prepare_to_run(slot) };
         self.current.set(index);
         loop {
             let index = self.current.get();
@@ -606,8 +609,7 @@ impl Worker {
     /// The caller owns the actor's control block (it claimed the actor), and `live_fp` is
     /// exact (the previous actor's state was saved).
     #[inline(always)]
-    unsafe fn prepare_to_run(&self, index: u32) {
-        let slot = self.shared.slab.slot(index);
+    unsafe fn prepare_to_run(&self, slot: &Slot) {
         let cell = slot.cell.get();
         // SAFETY: forwarded from the caller.
         unsafe {
@@ -749,6 +751,7 @@ pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
         lifo_runs: Cell::new(0),
         current: Cell::new(NONE),
         handed_from: Cell::new(NONE),
+        handed_slot: Cell::new(core::ptr::null()),
         slice_start: Cell::new(0),
         live_fp: Cell::new(crate::context::FP_DEFAULT),
         tick: Cell::new(0),
@@ -1012,21 +1015,23 @@ fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worker)> {
     if slot.pinned.load(Ordering::Relaxed) != UNPINNED {
         slot.pinned.store(UNPINNED, Ordering::Relaxed);
     }
-    sh.slab.claim(next);
+    let next_slot = sh.slab.slot(next);
+    next_slot.claim();
     let cell = slot.cell.get();
-    let next_cell = sh.slab.slot(next).cell.get();
+    let next_cell = next_slot.cell.get();
     // SAFETY: our own control block (we are RUNNING) and the claimed one of `next`.
     unsafe {
         // Our floating-point control state leaves the registers: save it (see `run_actor`).
         let fp = fp_control_read();
         (*cell).fp = fp;
         w.live_fp.set(fp);
-        w.prepare_to_run(next);
+        w.prepare_to_run(next_slot);
         // `next` returns to the scheduler we would have returned to.
         (*next_cell).sched_sp = (*cell).sched_sp;
     }
     w.current.set(next);
     w.handed_from.set(index);
+    w.handed_slot.set(slot);
     w.slice_start.set(0);
     #[cfg(debug_assertions)]
     crate::sync::raw_mutex::order::assert_none_held();
@@ -1052,18 +1057,19 @@ fn complete_hand_off(w: &Worker) {
     let prev = w.handed_from.get();
     if prev != NONE {
         w.handed_from.set(NONE);
-        finish_hand_off(w, prev);
+        // SAFETY: set with `handed_from`: the slot of that actor, in the slab, which outlives
+        // the runtime's actors.
+        finish_hand_off(w, prev, unsafe { &*w.handed_slot.get() });
     }
 }
 
 /// The park transition of `prev`, which handed this thread over. If a wake arrived since it
 /// decided to park, it is queued to run again.
 #[inline(never)]
-fn finish_hand_off(w: &Worker, prev: u32) {
-    let sh = w.shared();
-    if !sh.slab.try_park(prev) {
+fn finish_hand_off(w: &Worker, prev: u32, prev_slot: &Slot) {
+    if !prev_slot.try_park() {
         // Woken meanwhile: still RUNNING (the flag consumed); make it runnable.
-        sh.slab.yield_queued(prev);
+        prev_slot.yield_queued();
         w.push_local(prev);
     }
 }
@@ -1130,6 +1136,7 @@ pub(crate) fn check_cancelled_current() {
 }
 
 /// The running actor, as `(runtime, pid)`, if called from an actor.
+#[inline]
 pub(crate) fn current_actor_pid() -> Option<(*const Shared, Pid)> {
     let w = current_worker();
     if w.is_null() {
@@ -1161,6 +1168,7 @@ fn running_actor() -> Option<(&'static Worker, u32, &'static Slot)> {
 }
 
 /// The running actor, as `(runtime, pid, slot)`, if called from an actor.
+#[inline]
 pub(crate) fn current_actor_slot() -> Option<(*const Shared, Pid, &'static Slot)> {
     let (w, index, slot) = running_actor()?;
     // Relaxed: the running actor's generation cannot change under it.
