@@ -50,6 +50,8 @@ mod error;
 pub mod gen_server;
 #[cfg(not(loom))]
 pub mod gen_statem;
+#[cfg(not(loom))]
+mod hand;
 mod local_queue;
 mod loom_shim;
 #[cfg(not(loom))]

@@ -11,27 +11,18 @@
 //! # Hand-off into a parked receive
 //!
 //! An owner parked in a receive that takes the first envelope (`recv`, `recv_timeout`,
-//! `recv_signal`) registers a [`Hand`] in its own frame next to its waiter. The next push
-//! moves its envelope straight into that cell instead of queueing it, so the woken owner
-//! returns it without taking the lock again (one lock round per message for the receiver,
-//! not two). The pusher, under the lock: takes the registration, writes the cell, wakes the
-//! owner, and only then sets `filled` (Release) — after that store it touches nothing, so
-//! an owner that sees `filled` may leave at once, and its runtime may end, without a wake
-//! still in flight (the argument of `reply`'s "Why the wake comes before DONE"). An owner
-//! resumed without seeing `filled` (woken early by that very push, a timeout, or a spurious
-//! wake) takes the lock, which orders it after any push in progress, and looks again.
-//! The registration exists only while the queue is empty, so FIFO order is kept.
+//! `recv_signal`) registers a [`Hand`] in its own frame: the next push moves its envelope
+//! straight into it (protocol in the `hand` module). Selective receives do not take part:
+//! what they are handed might not match.
 
 use std::any::Any;
-use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::fmt;
-use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::channel::{SelectRecv, SelectWaiter, Selectable};
+use crate::hand::{Hand, HandPtr};
 use crate::process::{Down, Exit, Signal, SignalSink};
 use crate::runtime::{WaitLimit, Waiter};
 use crate::slot_state::Pid;
@@ -64,54 +55,10 @@ struct State<M> {
     waiter: Option<Waiter>,
     /// Set with `waiter` by a receive that takes the first envelope, while the queue is
     /// empty: the next push hands its envelope to this cell (see the module doc).
-    hand: HandPtr<M>,
+    hand: HandPtr<Envelope<M>>,
     /// False once the owning `Mailbox` is gone: sends are dropped.
     alive: bool,
 }
-
-/// The cell in a parked receiver's frame that a push fills directly.
-struct Hand<M> {
-    value: UnsafeCell<MaybeUninit<Envelope<M>>>,
-    /// Written once, by the pusher, after its wake (module doc); the value is then the
-    /// receiver's.
-    filled: AtomicBool,
-}
-
-impl<M> Hand<M> {
-    fn new() -> Hand<M> {
-        Hand { value: UnsafeCell::new(MaybeUninit::uninit()), filled: AtomicBool::new(false) }
-    }
-
-    /// The handed envelope, if a push filled the cell. Call at most once after it returns
-    /// `Some`.
-    fn take(&self) -> Option<Envelope<M>> {
-        // Acquire: pairs with the pusher's Release store, so the envelope is in the cell
-        // and the pusher is done with it and with the wake.
-        if !self.filled.load(Ordering::Acquire) {
-            return None;
-        }
-        self.filled.store(false, Ordering::Relaxed);
-        // SAFETY: `filled` (seen with Acquire) says the pusher moved an envelope in; it is
-        // read out once (the flag is cleared, and only the owner reads it).
-        Some(unsafe { (*self.value.get()).assume_init_read() })
-    }
-}
-
-impl<M> Drop for Hand<M> {
-    fn drop(&mut self) {
-        // An envelope handed to a receive that then unwound (its registration was already
-        // cleared under the lock, so no push can still be writing).
-        drop(self.take());
-    }
-}
-
-/// A registered [`Hand`], or null.
-struct HandPtr<M>(*const Hand<M>);
-
-// SAFETY: the pointer is only followed under the mailbox lock, while the receiver that
-// registered it is parked in the receive whose frame holds the cell (it deregisters under
-// the same lock before leaving); an `Envelope<M>` moves through it, so `M: Send` suffices.
-unsafe impl<M: Send> Send for HandPtr<M> {}
 
 pub(crate) struct MailboxInner<M> {
     state: RawMutex<State<M>>,
@@ -123,7 +70,7 @@ impl<M> MailboxInner<M> {
         Arc::new(MailboxInner {
             state: RawMutex::new(
                 Rank::Primitive,
-                State { queue: VecDeque::new(), waiter: None, hand: HandPtr(std::ptr::null()), alive: true },
+                State { queue: VecDeque::new(), waiter: None, hand: HandPtr::NONE, alive: true },
             ),
             pid,
         })
@@ -134,17 +81,11 @@ impl<M> MailboxInner<M> {
         if !s.alive {
             return Err(e);
         }
-        let hand = std::mem::replace(&mut s.hand, HandPtr(std::ptr::null())).0;
-        if !hand.is_null() {
+        if let Some(hand) = s.hand.take() {
             let w = s.waiter.take().expect("smarm: a mailbox hand without its waiter");
-            // SAFETY: a registered hand is in the frame of the receiver parked on it, which
-            // cannot leave before it takes this lock or sees `filled` (module doc).
-            unsafe {
-                (*(*hand).value.get()).write(e);
-                w.wake();
-                // Release: the envelope and the finished wake before the receiver's Acquire.
-                (*hand).filled.store(true, Ordering::Release);
-            }
+            // SAFETY: taken from the registration under the lock (the `hand` module's
+            // contract).
+            unsafe { hand.fill(e, || w.wake()) };
             return Ok(());
         }
         if s.queue.capacity() == 0 {
@@ -180,7 +121,7 @@ impl<M> MailboxInner<M> {
             }
             s.waiter = Some(Waiter::current());
             if any {
-                s.hand = HandPtr(&hand);
+                s.hand = HandPtr::to(&hand);
             }
             drop(s);
             // Deregisters if the park unwinds (the actor was killed); on a normal return the
@@ -198,7 +139,7 @@ impl<M> MailboxInner<M> {
                 return Some(e);
             }
             s.waiter = None;
-            s.hand = HandPtr(std::ptr::null());
+            s.hand = HandPtr::NONE;
             if timed_out {
                 // The limit passed: one last look, then time out.
                 let i = s.queue.iter().position(&mut pred)?;
@@ -214,7 +155,7 @@ impl<M> Drop for Deregister<'_, M> {
     fn drop(&mut self) {
         let mut s = self.0.state.lock();
         s.waiter = None;
-        s.hand = HandPtr(std::ptr::null());
+        s.hand = HandPtr::NONE;
     }
 }
 

@@ -13,7 +13,9 @@
 //! unique), parked senders (bounded only), the sender count and the receiver-alive flag.
 //! - A send that finds room pushes and wakes the parked receiver, if any, under the lock
 //!   (so the `Waiter`'s runtime is alive: a receiver deregisters under the same lock before
-//!   it can go away).
+//!   it can go away). A receiver parked in `recv` also registers a cell in its frame, and
+//!   the send hands the value straight into it instead (protocol in the `hand` module):
+//!   the woken receiver returns it without touching the channel again.
 //! - Closure: when the last `Sender` drops, the receiver is woken; `recv` drains what is
 //!   queued, then reports [`RecvError`]. When the `Receiver` drops, queued values are
 //!   dropped (once, outside the lock) and sends return the value in [`SendError`].
@@ -30,6 +32,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::hand::{Hand, HandPtr};
 use crate::runtime::{park_until, Waiter};
 use crate::sync::raw_mutex::{Rank, RawMutex};
 
@@ -146,6 +149,8 @@ struct State<T> {
     cap: usize,
     /// The parked receiver (or a `select` that includes it).
     receiver: Option<Waiter>,
+    /// Registered with `receiver` by a `recv` parked on an empty queue (`hand` module).
+    hand: HandPtr<T>,
     /// Senders parked on a full bounded queue, FIFO.
     senders_waiting: VecDeque<Waiter>,
     senders: usize,
@@ -166,6 +171,7 @@ impl<T> Chan<T> {
                     queue,
                     cap,
                     receiver: None,
+                    hand: HandPtr::NONE,
                     senders_waiting: VecDeque::new(),
                     senders: 1,
                     receiver_alive: true,
@@ -186,7 +192,7 @@ impl<T> Chan<T> {
 /// ```
 pub fn channel<T: Send>() -> (Sender<T>, Receiver<T>) {
     let chan = Chan::new(usize::MAX);
-    (Sender { chan: chan.clone() }, Receiver { chan })
+    (Sender { chan: chan.clone() }, Receiver { chan, _one_receiver: std::marker::PhantomData })
 }
 
 /// Creates a bounded channel holding at most `cap` messages: `send` parks while it is full,
@@ -208,7 +214,7 @@ pub fn bounded<T: Send>(cap: usize) -> (Sender<T>, Receiver<T>) {
         "smarm::channel::bounded(cap): cap must be at least 1 (got 0); zero-capacity channels are not provided"
     );
     let chan = Chan::new(cap);
-    (Sender { chan: chan.clone() }, Receiver { chan })
+    (Sender { chan: chan.clone() }, Receiver { chan, _one_receiver: std::marker::PhantomData })
 }
 
 /// The sending half of a [`channel`] or [`bounded`] channel. Cloneable.
@@ -229,6 +235,7 @@ impl<T> Drop for Sender<T> {
         s.senders -= 1;
         if s.senders == 0 {
             if let Some(w) = s.receiver.take() {
+                s.hand = HandPtr::NONE;
                 w.wake();
             }
         }
@@ -274,6 +281,12 @@ impl<T> Sender<T> {
         if s.queue.len() >= s.cap {
             return Err(TrySendError::Full(value));
         }
+        if let Some(hand) = s.hand.take() {
+            let w = s.receiver.take().expect("smarm: a channel hand without its receiver");
+            // SAFETY: taken from the registration under the lock (the `hand` contract).
+            unsafe { hand.fill(value, || w.wake()) };
+            return Ok(());
+        }
         if s.queue.capacity() == 0 {
             s.queue.reserve(UNBOUNDED_FIRST_BLOCK);
         }
@@ -310,8 +323,18 @@ impl<T> Drop for DeregisterSender<'_, T> {
 }
 
 /// The receiving half of a [`channel`] or [`bounded`] channel.
+///
+/// One receiver: it can move to another actor or thread (`Send`) but not be shared
+/// (`!Sync`), as with `std::sync::mpsc`:
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<smarm::channel::Receiver<u32>>();
+/// ```
 pub struct Receiver<T> {
     chan: Arc<Chan<T>>,
+    /// `!Sync`: a parked `recv` registers itself as *the* receiver (`hand` module).
+    _one_receiver: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
 impl<T> fmt::Debug for Receiver<T> {
@@ -369,6 +392,7 @@ impl<T> Receiver<T> {
     fn recv_deadline_opt(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let mut timed_out = false;
         let mut s = self.chan.state.lock();
+        let hand = Hand::new();
         loop {
             if let Some(v) = Self::pop(&mut s) {
                 return Ok(v);
@@ -380,17 +404,26 @@ impl<T> Receiver<T> {
                 return Err(RecvTimeoutError::Timeout);
             }
             s.receiver = Some(Waiter::current());
+            s.hand = HandPtr::to(&hand);
             drop(s);
             // Deregisters if the park unwinds (the actor was killed); on a normal return the
             // registration is cleared under the lock taken next anyway (one lock round per
-            // wake, not two).
+            // wake, not two). Declared after `hand`, so it drops first.
             let guard = DeregisterReceiver(&self.chan);
             // `park_until` reads the clock once and declines to park once the deadline has
             // passed; the condition is then looked at one last time before timing out.
             timed_out = !park_until(deadline);
             std::mem::forget(guard);
+            if let Some(v) = hand.take() {
+                return Ok(v);
+            }
             s = self.chan.state.lock();
+            // A send may have finished between the look above and this lock.
+            if let Some(v) = hand.take() {
+                return Ok(v);
+            }
             s.receiver = None;
+            s.hand = HandPtr::NONE;
         }
     }
 }
@@ -399,7 +432,9 @@ struct DeregisterReceiver<'a, T>(&'a Chan<T>);
 
 impl<T> Drop for DeregisterReceiver<'_, T> {
     fn drop(&mut self) {
-        self.0.state.lock().receiver = None;
+        let mut s = self.0.state.lock();
+        s.receiver = None;
+        s.hand = HandPtr::NONE;
     }
 }
 

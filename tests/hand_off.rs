@@ -1,5 +1,5 @@
-//! Mailbox receives that are handed their envelope directly (see "Hand-off into a parked
-//! receive" in `src/mailbox.rs`): nothing is lost, duplicated, reordered or leaked when the
+//! Receives that are handed their value directly by the send (mailboxes and channels; the
+//! protocol is in `src/hand.rs`): nothing is lost, duplicated, reordered or leaked when the
 //! hand-off races a timeout, a kill, or senders on other threads; selective receive never
 //! takes part in it.
 
@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use smarm::channel::oneshot;
+use smarm::channel::{channel, oneshot};
 use smarm::{DownReason, Envelope, Mailbox, Runtime, Signal};
 
 const GUARD: Duration = Duration::from_secs(10);
@@ -152,4 +152,79 @@ fn a_selective_receive_takes_its_match_and_leaves_the_rest_queued_in_order() {
         done_rx.recv().unwrap()
     });
     assert_eq!(rest, vec![1, 2, 3]);
+}
+
+#[test]
+fn a_value_handed_to_a_channel_receive_that_is_then_killed_is_dropped_exactly_once() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let d = drops.clone();
+    let reason = run(1, move || {
+        let (tx, rx) = channel::<Counted>();
+        let (ready_tx, ready_rx) = oneshot();
+        let receiver = smarm::spawn(move || {
+            ready_tx.send(()).unwrap();
+            // Parks with its hand registered; it never gets to look at what it was handed.
+            let _ = rx.recv();
+            unreachable!("the receiver was killed before it resumed");
+        });
+        smarm::monitor(receiver.pid());
+        ready_rx.recv().unwrap();
+        tx.send(Counted(d.clone())).unwrap();
+        smarm::kill(receiver.pid());
+        match smarm::recv_signal_timeout(GUARD) {
+            Some(Signal::Down(down)) => down.reason,
+            other => panic!("expected the receiver's Down, got {other:?}"),
+        }
+    });
+    assert_eq!(reason, DownReason::Killed);
+    assert_eq!(drops.load(Ordering::SeqCst), 1, "the handed value leaked or was dropped twice");
+}
+
+#[test]
+fn channel_receives_that_time_out_while_sends_race_them_lose_and_duplicate_nothing() {
+    const N: u64 = 20_000;
+    let got = run(2, || {
+        let (tx, rx) = channel::<u64>();
+        let receiver = smarm::spawn(move || {
+            let mut next = 0u64;
+            while next < N {
+                match rx.recv_timeout(Duration::from_micros(20)) {
+                    Ok(seq) => {
+                        assert_eq!(seq, next, "message out of order, lost or duplicated");
+                        next += 1;
+                    }
+                    Err(smarm::channel::RecvTimeoutError::Timeout) => {}
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+            }
+            assert!(rx.try_recv().is_err(), "a message arrived twice");
+            next
+        });
+        let thread = std::thread::spawn(move || {
+            for seq in 0..N {
+                tx.send(seq).unwrap();
+                if seq % 256 == 0 {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+        });
+        let got = receiver.join().unwrap();
+        thread.join().unwrap();
+        got
+    });
+    assert_eq!(got, N);
+}
+
+#[test]
+fn a_receive_woken_by_the_last_sender_leaving_reports_disconnection_after_the_values() {
+    let got = run(1, || {
+        let (tx, rx) = channel::<u32>();
+        let receiver = smarm::spawn(move || rx.iter().collect::<Vec<_>>());
+        smarm::yield_now(); // the receiver parks with its hand registered
+        tx.send(1).unwrap(); // handed
+        smarm::yield_now(); // it takes 1 and parks again
+        drop(tx); // wakes it with no value: the registration goes with the wake
+        receiver.join().unwrap()
+    });
+    assert_eq!(got, vec![1]);
 }
