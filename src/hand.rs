@@ -1,7 +1,7 @@
 //! A value handed straight into the frame of a parked receiver.
 //!
 //! A receiver that finds its queue empty (a mailbox or a channel) registers a [`Hand`], a
-//! cell in its own stack frame, next to its waiter, under the queue's lock. The next send
+//! cell in its own stack frame that also holds its waiter, under the queue's lock. The next send
 //! moves its value into that cell instead of queueing it, so the woken receiver returns it
 //! without taking the lock again (one lock round per message for the receiver, not two,
 //! and none of the queue's cache lines touched after the wake).
@@ -11,10 +11,15 @@
 //! - The receiver registers (`HandPtr::to`) only while the queue is empty, so FIFO order
 //!   holds: a handed value is older than anything queued after it.
 //! - A sender takes the registration ([`HandPtr::take`]) and calls [`HandSlot::fill`]: it
-//!   writes the value, wakes the receiver, and only then sets `filled` (Release). After that
+//!   writes the value, wakes the receiver (the waiter in the hand), and only then sets
+//!   `filled` (Release). A wake without a value (the channel closed) is
+//!   [`HandSlot::wake_empty`]. After that
 //!   store it touches nothing, so a receiver that sees `filled` may leave at once, and its
 //!   runtime may end, without a wake still in flight (the argument of `reply`'s "Why the
 //!   wake comes before DONE").
+//! - The waiter lives in the hand, not in the queue's state, so the queue's hot fields (lock,
+//!   queue, registration) fit one cache line: a send to a parked receiver touches that line
+//!   and the receiver's frame, which the receiver reads next anyway.
 //! - The receiver, resumed, calls [`Hand::take`]. If the cell is not filled (woken early by
 //!   that very send, a timeout, or a spurious wake) it takes the lock, which orders it after
 //!   any send in progress, looks again, and otherwise clears the registration itself.
@@ -26,17 +31,26 @@ use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::runtime::Waiter;
+
 /// The cell in a parked receiver's frame that a send fills directly. Must not move while
 /// registered (keep it in a local and only borrow it).
 pub(crate) struct Hand<T> {
     value: UnsafeCell<MaybeUninit<T>>,
     /// Set once, by the sender, after its wake; the value is then the receiver's.
     filled: AtomicBool,
+    /// The receiver; written by it before each registration, read by the sender that
+    /// takes the registration (both under the queue's lock).
+    waiter: UnsafeCell<Option<Waiter>>,
 }
 
 impl<T> Hand<T> {
     pub(crate) fn new() -> Hand<T> {
-        Hand { value: UnsafeCell::new(MaybeUninit::uninit()), filled: AtomicBool::new(false) }
+        Hand {
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+            filled: AtomicBool::new(false),
+            waiter: UnsafeCell::new(None),
+        }
     }
 
     /// The handed value, if a send filled the cell.
@@ -75,9 +89,14 @@ unsafe impl<T: Send> Send for HandPtr<T> {}
 impl<T> HandPtr<T> {
     pub(crate) const NONE: HandPtr<T> = HandPtr(std::ptr::null());
 
-    /// A registration of `hand`.
-    pub(crate) fn to(hand: &Hand<T>) -> HandPtr<T> {
-        HandPtr(hand)
+    /// Registers `hand` with the calling actor (or thread) as its waiter. Call under the
+    /// queue's lock, with no registration present.
+    #[inline]
+    pub(crate) fn register(&mut self, hand: &Hand<T>) {
+        debug_assert!(self.0.is_null(), "smarm: a second receiver registered");
+        // SAFETY: the hand is ours and unregistered, so no sender reads its waiter now.
+        unsafe { *hand.waiter.get() = Some(Waiter::current()) };
+        self.0 = hand;
     }
 
     /// Takes the registration, if any, leaving none.
@@ -100,14 +119,27 @@ impl<T> HandSlot<T> {
     /// receiver is then parked in (or about to return to) the frame holding the cell and
     /// cannot leave it before it takes that lock or sees `filled` (module doc).
     #[inline]
-    pub(crate) unsafe fn fill(self, value: T, wake: impl FnOnce()) {
+    pub(crate) unsafe fn fill(self, value: T) {
         // SAFETY: per the contract the cell is alive, empty and ours to write until
-        // `filled` is set.
+        // `filled` is set; its waiter was written before the registration (under the lock).
         unsafe {
             (*(*self.0).value.get()).write(value);
-            wake();
+            wake(&*(*self.0).waiter.get());
             // Release: the value and the finished wake before the receiver's Acquire.
             (*self.0).filled.store(true, Ordering::Release);
         }
     }
+
+    /// Wakes the receiver without a value (it looks at the queue's state under the lock).
+    ///
+    /// # Safety
+    /// As for [`fill`](Self::fill); the lock is held until after this returns.
+    pub(crate) unsafe fn wake_empty(self) {
+        // SAFETY: per the contract: the receiver cannot leave before it takes the lock.
+        unsafe { wake(&*(*self.0).waiter.get()) }
+    }
+}
+
+fn wake(w: &Option<Waiter>) {
+    w.as_ref().expect("smarm: a hand registered without its waiter").wake();
 }

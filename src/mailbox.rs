@@ -49,17 +49,21 @@ impl<M> Envelope<M> {
     }
 }
 
+/// `repr(C)`, hot fields first (see the channel's `State`).
+#[repr(C)]
 struct State<M> {
     queue: VecDeque<Envelope<M>>,
-    /// The owning actor, parked in a receive.
-    waiter: Option<Waiter>,
-    /// Set with `waiter` by a receive that takes the first envelope, while the queue is
-    /// empty: the next push hands its envelope to this cell (see the module doc).
+    /// A receive that takes the first envelope, parked on an empty queue, with its waiter:
+    /// the next push hands its envelope to this cell (see the module doc).
     hand: HandPtr<Envelope<M>>,
     /// False once the owning `Mailbox` is gone: sends are dropped.
     alive: bool,
+    /// The owner parked in a selective receive or a `select`.
+    waiter: Option<Waiter>,
 }
 
+/// Line-aligned: the lock and the hot fields of `State` share the first line.
+#[repr(C, align(64))]
 pub(crate) struct MailboxInner<M> {
     state: RawMutex<State<M>>,
     pid: Pid,
@@ -82,10 +86,8 @@ impl<M> MailboxInner<M> {
             return Err(e);
         }
         if let Some(hand) = s.hand.take() {
-            let w = s.waiter.take().expect("smarm: a mailbox hand without its waiter");
-            // SAFETY: taken from the registration under the lock (the `hand` module's
-            // contract).
-            unsafe { hand.fill(e, || w.wake()) };
+            // SAFETY: taken from the registration under the lock (the `hand` contract).
+            unsafe { hand.fill(e) };
             return Ok(());
         }
         if s.queue.capacity() == 0 {
@@ -119,9 +121,10 @@ impl<M> MailboxInner<M> {
             if let Some(i) = s.queue.iter().position(&mut pred) {
                 return if i == 0 { s.queue.pop_front() } else { s.queue.remove(i) };
             }
-            s.waiter = Some(Waiter::current());
             if any {
-                s.hand = HandPtr::to(&hand);
+                s.hand.register(&hand);
+            } else {
+                s.waiter = Some(Waiter::current());
             }
             drop(s);
             // Deregisters if the park unwinds (the actor was killed); on a normal return the

@@ -143,20 +143,24 @@ impl fmt::Display for RecvTimeoutError {
 }
 impl std::error::Error for RecvTimeoutError {}
 
+/// `repr(C)`, hot fields first: with the lock in front (`RawMutex` is `repr(C)`) and the
+/// channel line-aligned, a send to a parked `recv` touches one line of the channel.
+#[repr(C)]
 struct State<T> {
     queue: VecDeque<T>,
+    /// A `recv` parked on an empty queue, with its waiter (`hand` module).
+    hand: HandPtr<T>,
     /// `usize::MAX` for unbounded.
     cap: usize,
-    /// The parked receiver (or a `select` that includes it).
+    receiver_alive: bool,
+    /// A parked `select` that includes this receiver.
     receiver: Option<Waiter>,
-    /// Registered with `receiver` by a `recv` parked on an empty queue (`hand` module).
-    hand: HandPtr<T>,
     /// Senders parked on a full bounded queue, FIFO.
     senders_waiting: VecDeque<Waiter>,
     senders: usize,
-    receiver_alive: bool,
 }
 
+#[repr(align(64))]
 struct Chan<T> {
     state: RawMutex<State<T>>,
 }
@@ -235,8 +239,11 @@ impl<T> Drop for Sender<T> {
         s.senders -= 1;
         if s.senders == 0 {
             if let Some(w) = s.receiver.take() {
-                s.hand = HandPtr::NONE;
                 w.wake();
+            }
+            if let Some(hand) = s.hand.take() {
+                // SAFETY: taken from the registration under the lock (the `hand` contract).
+                unsafe { hand.wake_empty() };
             }
         }
     }
@@ -282,9 +289,8 @@ impl<T> Sender<T> {
             return Err(TrySendError::Full(value));
         }
         if let Some(hand) = s.hand.take() {
-            let w = s.receiver.take().expect("smarm: a channel hand without its receiver");
             // SAFETY: taken from the registration under the lock (the `hand` contract).
-            unsafe { hand.fill(value, || w.wake()) };
+            unsafe { hand.fill(value) };
             return Ok(());
         }
         if s.queue.capacity() == 0 {
@@ -403,8 +409,7 @@ impl<T> Receiver<T> {
             if timed_out {
                 return Err(RecvTimeoutError::Timeout);
             }
-            s.receiver = Some(Waiter::current());
-            s.hand = HandPtr::to(&hand);
+            s.hand.register(&hand);
             drop(s);
             // Deregisters if the park unwinds (the actor was killed); on a normal return the
             // registration is cleared under the lock taken next anyway (one lock round per
@@ -422,7 +427,6 @@ impl<T> Receiver<T> {
             if let Some(v) = hand.take() {
                 return Ok(v);
             }
-            s.receiver = None;
             s.hand = HandPtr::NONE;
         }
     }
@@ -432,9 +436,7 @@ struct DeregisterReceiver<'a, T>(&'a Chan<T>);
 
 impl<T> Drop for DeregisterReceiver<'_, T> {
     fn drop(&mut self) {
-        let mut s = self.0.state.lock();
-        s.receiver = None;
-        s.hand = HandPtr::NONE;
+        self.0.state.lock().hand = HandPtr::NONE;
     }
 }
 

@@ -37,6 +37,9 @@ pub(crate) enum Rank {
     Timers = 4,
 }
 
+/// `repr(C)`: the flag comes first, so a lock-and-read touches the line the value starts
+/// on (the channel layouts count on it).
+#[repr(C)]
 pub(crate) struct RawMutex<T> {
     locked: AtomicBool,
     #[cfg(debug_assertions)]
