@@ -217,11 +217,7 @@ impl Runtime {
         self.config.threads
     }
 
-    /// Runs `root` as the root actor on `threads` scheduler threads: with one, the calling
-    /// thread itself; with more, that many new threads while the calling thread waits for
-    /// them. (A new thread is placed by the OS next to its creator: with the busy caller as
-    /// worker 0, a fresh worker 1 often shared its CPU for the first milliseconds of a run,
-    /// outputs/history.md finding 33.)
+    /// Runs `root` as the root actor on the calling thread plus `threads - 1` more.
     ///
     /// When the root returns, the remaining actors are shut down ([`crate::DownReason::Shutdown`]
     /// at their next runtime call), their stacks freed and the threads joined; then `run`
@@ -252,25 +248,19 @@ impl Runtime {
         let handle = shared.spawn(root, true).map_err(RunError::Spawn)?;
         let _ = shared.root_pid.set(handle.pid());
 
-        let spawn = |k: usize| {
-            let sh = shared.clone();
-            std::thread::Builder::new().name(format!("smarm-worker-{k}")).spawn(move || worker::thread_main(sh, k))
-        };
-        let mut threads = Vec::with_capacity(shared.config.threads);
+        let mut threads = Vec::with_capacity(shared.config.threads - 1);
         for k in 1..shared.config.threads {
-            match spawn(k) {
+            let sh = shared.clone();
+            let spawned =
+                std::thread::Builder::new().name(format!("smarm-worker-{k}")).spawn(move || worker::thread_main(sh, k));
+            match spawned {
                 Ok(h) => threads.push(h),
-                // Run on the threads we have: worker 0 always runs (below), and nothing is
+                // Run on the threads we have: thread 0 (this one) always exists, and nothing is
                 // ever pinned to a thread that never ran.
                 Err(_) => break,
             }
         }
-        // Worker 0: a new thread too when there are others; the calling thread if it is the
-        // only one (or no thread could be started).
-        match (!threads.is_empty()).then(|| spawn(0)) {
-            Some(Ok(h)) => threads.push(h),
-            _ => worker::thread_main(shared.clone(), 0),
-        }
+        worker::thread_main(shared.clone(), 0);
         for t in threads {
             let _ = t.join();
         }
