@@ -14,6 +14,13 @@
 //! Operations: unbounded send+recv pair, bounded(1024) send+recv pair, oneshot
 //! create+send+recv, watch send+changed, barrier(1) wait, uncontended mutex lock+unlock.
 //!
+//! One group is not a ready path: `gen_server_call`, a call round trip to a server (the
+//! caller parks until the reply), on one thread: a smarm gen_server called from the root
+//! actor, and tokio's usual request/reply (an unbounded mpsc request carrying a oneshot
+//! reply, served by a spawned task) on a current-thread runtime. It has no `smarm_thread`
+//! entry: a plain thread's call goes to a server on a runtime's scheduler thread, which is a
+//! cross-thread round trip, not the same operation.
+//!
 //! Run: `cargo bench --bench channel` (or `-- GROUP` for one group, e.g. `-- unbounded`).
 
 use std::hint::black_box;
@@ -236,6 +243,58 @@ fn mutex(c: &mut Criterion) {
     g.finish();
 }
 
+/// Replies with its request.
+struct Echo;
+
+impl smarm::gen_server::GenServer for Echo {
+    type Call = u64;
+    type Reply = u64;
+    type Cast = ();
+    type Info = ();
+    fn handle_call(&mut self, x: u64, _from: &smarm::gen_server::From<u64>) -> smarm::gen_server::CallResult<u64> {
+        smarm::gen_server::CallResult::Reply(x)
+    }
+}
+
+fn smarm_call(iters: u64) -> Duration {
+    let server = smarm::gen_server::start(Echo).unwrap();
+    let t = Instant::now();
+    for i in 0..iters {
+        black_box(server.call(black_box(i)).unwrap());
+    }
+    // The server is stopped by the runtime when the root returns, outside the timed region.
+    t.elapsed()
+}
+
+fn gen_server_call(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gen_server_call");
+    g.bench_function("smarm_actor", |b| b.iter_custom(|iters| in_actor(iters, smarm_call)));
+    g.bench_function("tokio", |b| {
+        let rt = tokio_rt();
+        b.iter_custom(|iters| {
+            rt.block_on(async move {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, tokio::sync::oneshot::Sender<u64>)>();
+                let server = tokio::spawn(async move {
+                    while let Some((req, reply)) = rx.recv().await {
+                        let _ = reply.send(req);
+                    }
+                });
+                let t = Instant::now();
+                for i in 0..iters {
+                    let (reply, answer) = tokio::sync::oneshot::channel();
+                    tx.send((black_box(i), reply)).unwrap();
+                    black_box(answer.await.unwrap());
+                }
+                let elapsed = t.elapsed();
+                drop(tx);
+                server.await.unwrap();
+                elapsed
+            })
+        })
+    });
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2)).sample_size(30)
 }
@@ -243,6 +302,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = unbounded, bounded, oneshot, watch, barrier, mutex
+    targets = unbounded, bounded, oneshot, watch, barrier, mutex, gen_server_call
 }
 criterion_main!(benches);

@@ -711,7 +711,7 @@ impl Worker {
     fn idle_wait(&self) {
         let sh = &*self.shared;
         self.arm_timeouts(true);
-        let inbox = &self.inbox();
+        let inbox = self.inbox();
         for _ in 0..IDLE_SPINS {
             if !sh.run_queue.is_empty() || !inbox.is_empty() || self.stealable() {
                 return;
