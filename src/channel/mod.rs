@@ -144,7 +144,8 @@ impl fmt::Display for RecvTimeoutError {
 impl std::error::Error for RecvTimeoutError {}
 
 /// `repr(C)`, hot fields first: with the lock in front (`RawMutex` is `repr(C)`) and the
-/// channel line-aligned, a send to a parked `recv` touches one line of the channel.
+/// channel line-aligned, a send to a parked `recv` and the `recv` that parks touch one line
+/// of the channel (8 + 32 + 8 + 8 + 4 + 1 bytes; hence the `u32` sender count).
 #[repr(C)]
 struct State<T> {
     queue: VecDeque<T>,
@@ -152,12 +153,12 @@ struct State<T> {
     hand: HandPtr<T>,
     /// `usize::MAX` for unbounded.
     cap: usize,
+    senders: u32,
     receiver_alive: bool,
     /// A parked `select` that includes this receiver.
     receiver: Option<Waiter>,
     /// Senders parked on a full bounded queue, FIFO.
     senders_waiting: VecDeque<Waiter>,
-    senders: usize,
 }
 
 #[repr(align(64))]
@@ -228,7 +229,9 @@ pub struct Sender<T> {
 
 impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
-        self.chan.state.lock().senders += 1;
+        let mut s = self.chan.state.lock();
+        s.senders = s.senders.checked_add(1).expect("smarm: more than u32::MAX senders of one channel");
+        drop(s);
         Sender { chan: self.chan.clone() }
     }
 }
