@@ -1196,6 +1196,7 @@ pub(crate) fn yield_now() {
 
 /// Blocks the calling actor until woken (or the calling thread until unparked). May return
 /// spuriously: callers re-check their condition.
+#[inline(always)]
 pub(crate) fn park_current() {
     match running_actor() {
         Some((w, _, slot)) => {
