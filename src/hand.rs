@@ -71,6 +71,7 @@ impl<T> Hand<T> {
 }
 
 impl<T> Drop for Hand<T> {
+    #[inline]
     fn drop(&mut self) {
         // A value handed to a receive that then unwound (its registration was cleared under
         // the lock first, so no send can still be writing).
@@ -140,6 +141,7 @@ impl<T> HandSlot<T> {
     }
 }
 
+#[inline]
 fn wake(w: &Option<Waiter>) {
     w.as_ref().expect("smarm: a hand registered without its waiter").wake();
 }

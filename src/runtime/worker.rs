@@ -1258,7 +1258,9 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<bool> {
     // Relaxed: only this actor starts requests on its slot, and it ended the last one itself.
     let seq = (slot.lazy.load(Ordering::Relaxed) >> 2) + 1;
     // Relaxed: published by the Release store of the PENDING word just below.
-    slot.lazy_timeout.store(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    // Saturating nanoseconds without `as_nanos`'s u128 arithmetic.
+    let nanos = timeout.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(timeout.subsec_nanos()));
+    slot.lazy_timeout.store(nanos, Ordering::Relaxed);
     slot.lazy.store(crate::timer::lazy_word(seq, crate::timer::LAZY_PENDING), Ordering::Release);
     w.note_pending_timeout(index, seq);
     /// Ends the request on return or unwind, before this actor can end: the wheel never
