@@ -113,8 +113,8 @@ extern "sysv64" {
 }
 
 /// Entry function of a fresh stack: called by the trampoline with the argument given to
-/// [`init_stack`] and the `resume_value` of the switch that first resumed the stack (0 from
-/// a scheduler, non-zero from a hand-off, see [`hand_off`]). It must never return (it
+/// [`init_stack`] and the `resume_value` of the switch that first resumed the stack (the
+/// resuming thread's worker, see "Running and suspended states"). It must never return (it
 /// switches away for good instead).
 pub(crate) type EntryFn = unsafe extern "sysv64" fn(arg: *mut u8, resume_value: usize) -> !;
 

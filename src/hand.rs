@@ -8,15 +8,15 @@
 //!
 //! # Protocol (all registration changes happen under the queue's lock)
 //!
-//! - The receiver registers (`HandPtr::to`) only while the queue is empty, so FIFO order
-//!   holds: a handed value is older than anything queued after it.
+//! - The receiver registers ([`HandPtr::register`]) only while the queue is empty, so FIFO
+//!   order holds: a handed value is older than anything queued after it.
 //! - A sender takes the registration ([`HandPtr::take`]) and calls [`HandSlot::fill`]: it
 //!   writes the value, wakes the receiver (the waiter in the hand), and only then sets
-//!   `filled` (Release). A wake without a value (the channel closed) is
-//!   [`HandSlot::wake_empty`]. After that
-//!   store it touches nothing, so a receiver that sees `filled` may leave at once, and its
-//!   runtime may end, without a wake still in flight (the argument of `reply`'s "Why the
-//!   wake comes before DONE").
+//!   `filled` (Release). After that store it touches nothing, so a receiver that sees
+//!   `filled` may leave at once, and its runtime may end, without a wake still in flight
+//!   (the argument of `reply`'s "Why the wake comes before DONE"). A wake without a value
+//!   (the channel closed) is [`HandSlot::wake_empty`], under the lock, which the receiver
+//!   must take before it can leave.
 //! - The waiter lives in the hand, not in the queue's state, so the queue's hot fields (lock,
 //!   queue, registration) fit one cache line: a send to a parked receiver touches that line
 //!   and the receiver's frame, which the receiver reads next anyway.
@@ -112,8 +112,7 @@ impl<T> HandPtr<T> {
 pub(crate) struct HandSlot<T>(*const Hand<T>);
 
 impl<T> HandSlot<T> {
-    /// Moves `value` into the receiver's cell, runs `wake` (which must wake the receiver),
-    /// then publishes the value.
+    /// Moves `value` into the receiver's cell, wakes the receiver, then publishes the value.
     ///
     /// # Safety
     /// Taken from the registration under the queue's lock, which is still held: the

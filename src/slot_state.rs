@@ -278,6 +278,7 @@ impl Slab {
     }
 
     /// The slot at `index`, if in range (a pid from another runtime may not be).
+    #[inline]
     pub(crate) fn try_slot(&self, index: u32) -> Option<&Slot> {
         self.slots.get(index as usize)
     }
@@ -369,7 +370,7 @@ impl Slab {
     /// Wakes the actor `pid` if it is still that occupancy. See [`Wake`].
     #[cfg(test)]
     pub(crate) fn wake(&self, pid: Pid) -> Wake {
-        match self.wake_slot(pid) {
+        match self.slot_of(pid) {
             Some(slot) => slot.wake(pid.gen),
             None => Wake::Gone,
         }
@@ -378,11 +379,11 @@ impl Slab {
     /// The slot of `pid`, if this runtime handed it out (a pid of another runtime may be
     /// out of range).
     #[inline]
-    pub(crate) fn wake_slot(&self, pid: Pid) -> Option<&Slot> {
+    pub(crate) fn slot_of(&self, pid: Pid) -> Option<&Slot> {
         if !self.owns(pid) {
             return None;
         }
-        self.slots.get(pid.index as usize)
+        self.try_slot(pid.index)
     }
 
     /// Whether `pid` is a live occupancy (not FREE or DONE, same generation). A snapshot.

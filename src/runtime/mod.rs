@@ -464,7 +464,7 @@ impl Shared {
 
     /// Wakes `pid` if it is parked (and sets NOTIFIED otherwise). Safe from any thread.
     pub(crate) fn wake(&self, pid: Pid) {
-        if let Some(slot) = self.slab.wake_slot(pid) {
+        if let Some(slot) = self.slab.slot_of(pid) {
             if slot.wake(pid.generation()) == Wake::Enqueue {
                 self.enqueue_woken(slot, pid.index());
             }
