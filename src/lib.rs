@@ -27,6 +27,15 @@
 //! - An actor that is unwinding (`std::thread::panicking()`) never migrates: std's panic
 //!   count is per thread. While such an actor is parked mid-unwind, other actors on that
 //!   thread observe `std::thread::panicking() == true`.
+//! - smarm tells an unwinding actor from its neighbours by marking it when its unwind
+//!   starts (its panic hook, and every `resume_unwind` inside smarm), since std's panic count
+//!   reads only as a boolean. An unwind that bypasses the hook (a direct
+//!   `std::panic::resume_unwind`, or a panic after the hook was replaced with
+//!   `std::panic::set_hook`) is still recognised while no other actor of its thread is
+//!   parked mid-unwind. The one case it cannot see: such an unwind that *begins* while
+//!   another actor of its thread is parked mid-unwind, and then parks in a destructor. That
+//!   actor is treated as running normally: it may migrate, and a `kill` raised in its
+//!   destructor aborts the process. End an actor with `panic!` or [`exit`] instead.
 //! - Internally smarm obeys the rule documented in `context.rs`: every thread-local
 //!   accessor reachable from an actor stack is out of line behind an asm barrier.
 //!

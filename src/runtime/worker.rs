@@ -839,7 +839,16 @@ fn actor_unwinding_slow(slot: &Slot) -> bool {
     }
     let w = current_worker();
     // SAFETY: called from a running actor, so this thread has a live worker.
-    unsafe { &*w }.parked_unwinders.get() == 0
+    if unsafe { &*w }.parked_unwinders.get() != 0 {
+        // Another actor parked mid-unwind explains the panic count (std's count reads only
+        // as a boolean, so an unwind this actor began without the hook is invisible here).
+        return false;
+    }
+    // No parked unwinder: the panic is this actor's. Mark it, so that it is still known
+    // to be unwinding at a later park, when other unwinders may be parked beside it.
+    // SAFETY: the running actor's own control block.
+    unsafe { (*cell).unwinding = true };
+    true
 }
 
 /// Makes the running actor end with `reason` when its body returns (see
