@@ -420,10 +420,11 @@ fn run_child(test_name: &str) -> (std::process::ExitStatus, String) {
     (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-/// A destructor that blocks (parks the actor) for a while.
-struct SlowDestructor;
+/// A destructor that reports, then blocks (parks the actor) for a while.
+struct SlowDestructor(Sender<()>);
 impl Drop for SlowDestructor {
     fn drop(&mut self) {
+        let _ = self.0.send(());
         smarm::sleep(50 * MS);
     }
 }
@@ -437,15 +438,20 @@ fn child_kill_two_actors_parked_in_destructors_mid_unwind() {
     let rt = Runtime::builder().threads(1).quiet_panics(true).build().unwrap();
     rt.run(|| {
         let mut victims = Vec::new();
+        let (reached_tx, reached_rx) = channel::<()>();
         for _ in 0..2 {
-            // `resume_unwind` does not run the panic hook (as gen_server's exit path does).
-            let h = smarm::spawn(|| {
-                let _slow = SlowDestructor;
+            // `resume_unwind` does not run the panic hook.
+            let slow = SlowDestructor(reached_tx.clone());
+            let h = smarm::spawn(move || {
+                let _slow = slow;
                 std::panic::resume_unwind(Box::new(String::from("leaving")));
             });
             victims.push(h);
         }
-        smarm::sleep(10 * MS); // both are parked in their destructors, mid-unwind
+        // One thread: each report is read once its sender has parked in its destructor.
+        for _ in 0..2 {
+            reached_rx.recv().unwrap();
+        }
         for h in &victims {
             smarm::kill(h.pid());
         }
