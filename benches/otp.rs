@@ -2,7 +2,9 @@
 //! - gen_server `call` round trip (1 client, 1 server);
 //! - `spawn_monitor` + panic + `Down` observed, per actor (and the same with a normal exit);
 //! - a gen_server crash (panic in `handle_call`) until its supervisor's restarted child
-//!   serves calls again under its registered name.
+//!   serves calls again under its registered name;
+//! - for reference, the floor under the panic figure: std's `catch_unwind` around a function
+//!   that panics, on a plain thread, with nothing else (no actor, no spawn, no `Down`).
 //!
 //! Run: `cargo bench --bench otp` (medians of 7 samples).
 
@@ -26,6 +28,37 @@ impl GenServer for Echo {
     }
 }
 
+#[inline(never)]
+fn panics(i: u32) -> u32 {
+    if std::hint::black_box(i) < u32::MAX {
+        panic!("x");
+    }
+    i
+}
+
+/// A small catching frame, as smarm's actor entry has (a large one costs the unwinder more).
+#[inline(never)]
+fn catch_one(i: u32) -> bool {
+    std::panic::catch_unwind(|| panics(i)).is_err()
+}
+
+/// Per panic caught: the same DWARF two-phase unwind through std's panic frames that an
+/// actor's panic takes, without the runtime.
+fn plain_catch_unwind() -> Duration {
+    let n = 10_000u32;
+    median(
+        (0..7)
+            .map(|_| {
+                let t = Instant::now();
+                for i in 0..n {
+                    assert!(catch_one(i));
+                }
+                t.elapsed() / n
+            })
+            .collect(),
+    )
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -35,8 +68,11 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    // Before the runtime exists (and installs its own hook): only this silent hook runs.
+    std::panic::set_hook(Box::new(|_| {}));
+    let floor = plain_catch_unwind();
     let rt = smarm::Runtime::builder().threads(1).quiet_panics(true).build().unwrap();
-    rt.run(|| {
+    rt.run(move || {
         let server = gen_server::start(Echo).unwrap();
         let calls = 100_000u32;
         let per_call = median(
@@ -74,6 +110,7 @@ fn main() {
         let normal = median((0..7).map(|_| observe(false)).collect());
         println!("spawn_monitor + panic + Down, per actor:    {panicking:?}");
         println!("spawn_monitor + normal exit + Down:         {normal:?}");
+        println!("  floor: catch_unwind(panic!), plain thread:  {floor:?} (std's unwind alone)");
 
         let flags =
             SupFlags { intensity: u32::MAX, period: Duration::from_secs(1), ..SupFlags::new(Strategy::OneForOne) };
