@@ -32,10 +32,11 @@
 //! oldest (early arming only makes that timeout count from later, never fire earlier).
 //!
 //! `next` is a *lower bound* on the earliest deadline, readable without the lock: insert
-//! lowers it; firing recomputes it as the start of the first non-empty slot ahead (which is
-//! not later than any entry's deadline); cancel leaves it. An idle scheduler thread parks
-//! until `next` (at worst it wakes early, finds nothing due, and recomputes), so an idle
-//! runtime with one far timer does not spin.
+//! lowers it; firing recomputes it as the smaller of the earliest deadline in the current
+//! tick's slot and the start of the first non-empty slot after it (the current slot also
+//! holds entries of later laps, so its own minimum alone bounds nothing else); cancel
+//! leaves it. An idle scheduler thread parks until `next` (at worst it wakes early, finds
+//! nothing due, and recomputes), so an idle runtime with one far timer does not spin.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -237,28 +238,27 @@ impl Wheel {
     }
 
     /// A lower bound on the earliest pending deadline (ns), or `u64::MAX` if none.
+    ///
+    /// The current tick's slot also holds entries of later laps, so the smallest deadline
+    /// in it bounds only that slot; every other entry is bounded by the start of the first
+    /// non-empty slot after it (its tick, or a later lap of it). The answer is the smaller.
     fn next_bound(&self) -> u64 {
         if self.pending == 0 {
             return u64::MAX;
         }
-        for off in 0..SLOTS as u64 {
+        let mut bound = u64::MAX;
+        let mut idx = self.heads[Self::slot_of(self.processed_tick) as usize];
+        while idx != NIL {
+            bound = bound.min(self.entries[idx as usize].at);
+            idx = self.entries[idx as usize].next;
+        }
+        for off in 1..SLOTS as u64 {
             let tick = self.processed_tick + off;
-            let head = self.heads[Self::slot_of(tick) as usize];
-            if head != NIL {
-                if off == 0 {
-                    // The current tick's slot: its earliest entry may be due within it.
-                    let mut idx = head;
-                    let mut min = u64::MAX;
-                    while idx != NIL {
-                        min = min.min(self.entries[idx as usize].at);
-                        idx = self.entries[idx as usize].next;
-                    }
-                    return min;
-                }
-                return tick << TICK_SHIFT;
+            if self.heads[Self::slot_of(tick) as usize] != NIL {
+                return bound.min(tick << TICK_SHIFT);
             }
         }
-        u64::MAX
+        bound
     }
 }
 
@@ -553,4 +553,84 @@ pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::Addr<M>
         shared.wake_one();
     }
     TimerRef { kind: RefKind::Runtime { rt: std::sync::Arc::downgrade(&shared), key } }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop() -> Action {
+        Action::Run(Box::new(|| ()))
+    }
+
+    fn tick(t: u64) -> u64 {
+        t << TICK_SHIFT
+    }
+
+    /// The smallest deadline on the wheel.
+    fn earliest(w: &Wheel) -> u64 {
+        w.entries.iter().filter(|e| e.action.is_some()).map(|e| e.at).min().unwrap_or(u64::MAX)
+    }
+
+    #[test]
+    fn next_bound_sees_an_earlier_slot_past_a_later_lap_in_the_current_one() {
+        // The case that made a 2 s call timeout fire at 4 s: the current tick's slot holds
+        // only an entry one lap ahead, and an earlier deadline sits in a slot further on.
+        let mut w = Wheel::new();
+        let p = 1029;
+        let mut out = Vec::new();
+        w.expire(tick(p), &mut out);
+        assert_eq!(w.processed_tick, p);
+        let later_lap = tick(p + SLOTS as u64) + 5;
+        let sooner = tick(p + 100) + 7;
+        w.insert(later_lap, noop());
+        w.insert(sooner, noop());
+        let bound = w.next_bound();
+        assert!(bound <= sooner, "bound {bound} is past the deadline {sooner}");
+        assert_eq!(bound, tick(p + 100), "the bound is the start of the sooner entry's tick");
+    }
+
+    #[test]
+    fn next_bound_counts_a_due_entry_filed_under_the_current_tick() {
+        let mut w = Wheel::new();
+        let mut out = Vec::new();
+        w.expire(tick(500), &mut out);
+        // A deadline already past is filed under the current tick.
+        w.insert(tick(10), noop());
+        w.insert(tick(600), noop());
+        assert_eq!(w.next_bound(), tick(10));
+    }
+
+    #[test]
+    fn next_bound_is_never_past_any_deadline_as_time_moves_on() {
+        // xorshift: deterministic pseudo-random deadlines up to three laps ahead, polls at
+        // random later times, some cancels.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut w = Wheel::new();
+        let mut keys = Vec::new();
+        let mut now = 0u64;
+        let mut out = Vec::new();
+        for round in 0..2_000 {
+            for _ in 0..(rnd() % 4) {
+                let at = now + rnd() % tick(3 * SLOTS as u64);
+                keys.push(w.insert(at, noop()));
+            }
+            if rnd() % 3 == 0 && !keys.is_empty() {
+                let k = keys.swap_remove((rnd() % keys.len() as u64) as usize);
+                w.cancel(k);
+            }
+            now += rnd() % tick(SLOTS as u64 / 2);
+            out.clear();
+            w.expire(now, &mut out);
+            assert!(earliest(&w) > now, "round {round}: an entry due at {now} was left on the wheel");
+            let (bound, first) = (w.next_bound(), earliest(&w));
+            assert!(bound <= first, "round {round}: bound {bound} past the earliest deadline {first}");
+        }
+    }
 }

@@ -515,6 +515,24 @@ fn call_default_timeout_is_five_seconds() {
             r.reply(77);
         });
         assert_eq!(s.call(Call::DeferTo(tx)), Ok(77));
+
+        // A reply that is held back: `call` gives up after the default, not before. The
+        // holder replies only once the call has returned (at the latest 7 s in, so a
+        // default of 7 s or more, infinity included, fails with `Ok`).
+        let (tx, rx) = channel::<ReplyTo<u32>>();
+        let (done_tx, done_rx) = channel::<()>();
+        smarm::spawn(move || {
+            let r = rx.recv().unwrap();
+            let _ = done_rx.recv_timeout(Duration::from_secs(7));
+            r.reply(78);
+        });
+        let start = Instant::now();
+        assert_eq!(s.call(Call::DeferTo(tx)), Err(CallError::Timeout));
+        let waited = start.elapsed();
+        done_tx.send(()).unwrap();
+        assert!(waited >= gen_server::DEFAULT_CALL_TIMEOUT, "call gave up after {waited:?}");
+        // The late reply is discarded; the server still serves.
+        assert_eq!(s.call(Call::Echo(5)), Ok(5));
     });
 }
 

@@ -5,7 +5,7 @@
 //!
 //! - `join(group, pid)` for local pids only:
 //!   join_adds_a_live_local_actor, join_of_a_dead_pid_is_noproc,
-//!   join_of_a_stale_pid_is_noproc, join_of_a_pid_from_another_runtime_is_refused (gap, ignored)
+//!   join_of_a_stale_pid_is_noproc, join_of_a_pid_from_another_runtime_is_refused
 //! - counted (join twice, leave twice):
 //!   join_is_counted_join_twice_needs_two_leaves
 //! - `leave` of a non-member says `NotJoined`:

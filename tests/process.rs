@@ -96,6 +96,7 @@
 //!   send_after_addr_delivers_once_and_never_before_the_delay
 //! - `cancel_timer(t)` returns the time left, or `None` if it already fired or never existed:
 //!   cancel_timer_returns_the_time_left_and_stops_delivery,
+//!   (timers.rs) cancel_timer_returns_the_time_left_to_the_deadline_not_the_delay,
 //!   cancel_timer_after_it_fired_returns_none,
 //!   cancel_timer_of_a_timer_aimed_at_an_ended_actor_returns_none
 //! - timers aimed at a pid are cancelled when that actor exits:

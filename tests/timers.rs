@@ -131,6 +131,27 @@ fn cancel_timer_before_it_fires_returns_the_time_left_and_nothing_arrives() {
 }
 
 #[test]
+fn cancel_timer_returns_the_time_left_to_the_deadline_not_the_delay() {
+    let _g = shared();
+    each_root(|| {
+        let (tx, _rx) = channel::<u32>();
+        let d = 10_000 * MS;
+        // The deadline is set between `a` and `b`; the cancel reads the clock between `s`
+        // and `e`. So the time left lies in [a + d - e, b + d - s], whatever the load.
+        let a = Instant::now();
+        let t = smarm::send_after(d, &tx, 1);
+        let b = Instant::now();
+        smarm::sleep(30 * MS);
+        let s = Instant::now();
+        let left = smarm::cancel_timer(t).expect("a pending timer cancels");
+        let e = Instant::now();
+        let (lo, hi) = ((a + d) - e, (b + d) - s);
+        assert!(hi < d, "the sleep took no time?");
+        assert!(lo <= left && left <= hi, "time left {left:?} outside [{lo:?}, {hi:?}] (delay {d:?})");
+    });
+}
+
+#[test]
 fn send_after_from_a_plain_thread_reaches_an_actor() {
     let _g = shared();
     let (tx, rx) = channel::<u32>();
