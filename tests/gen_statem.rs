@@ -17,7 +17,8 @@
 //! - an event timeout is cancelled by any event:
 //!   event_timeout_fires_when_no_event_arrives,
 //!   event_timeout_is_cancelled_by_a_cast, event_timeout_is_cancelled_by_an_info,
-//!   event_timeout_is_cancelled_by_a_call
+//!   event_timeout_is_cancelled_by_a_call,
+//!   event_timeout_is_cancelled_by_an_inserted_event (OTP: an inserted event counts as arrived)
 //! - a state timeout by a state change:
 //!   state_timeout_is_cancelled_by_a_state_change,
 //!   state_timeout_survives_events_and_transitions_to_the_same_state
@@ -29,8 +30,7 @@
 //!   inserted_events_run_before_queued_external_events_in_order,
 //!   inserted_events_run_before_retried_postponed_events
 //! - default call timeout: infinite:
-//!   call_without_timeout_waits_for_a_late_reply (bounded by the 2 s test budget: checks
-//!   that `call` outlasts a 1.2 s reply; the full 5 s+ cannot be shown in budget),
+//!   call_without_timeout_waits_past_gen_servers_5_s_default,
 //!   call_timeout_gives_up
 //! - (gen_server parity) stop runs terminate then replies:
 //!   stop_transition_runs_terminate_before_the_reply
@@ -183,6 +183,8 @@ enum Cmd {
     /// Insert `Note` events (no state change).
     Insert(Vec<u32>),
     ArmEvent(Duration),
+    /// Arm the event timeout and insert `Note` events in the same transition.
+    ArmEventInsert(Duration, Vec<u32>),
     ArmState(Duration),
     ArmNamed(&'static str, Duration),
     CancelNamed(&'static str),
@@ -322,6 +324,10 @@ impl<const ENTER: bool> Probe<ENTER> {
             Cmd::ArmEvent(d) => {
                 self.push(state, "ArmEvent".into());
                 Transition::keep().event_timeout(*d)
+            }
+            Cmd::ArmEventInsert(d, ns) => {
+                self.push(state, "ArmEventInsert".into());
+                ns.iter().fold(Transition::keep().event_timeout(*d), |t, n| t.next_event(Cmd::Note(*n)))
             }
             Cmd::ArmState(d) => {
                 self.push(state, "ArmState".into());
@@ -544,6 +550,19 @@ fn event_timeout_is_cancelled_by_a_call() {
 }
 
 #[test]
+fn event_timeout_is_cancelled_by_an_inserted_event() {
+    run(|| {
+        let f = probe::<false>(None);
+        // The transition that arms the timeout also inserts an event: no external event
+        // follows, so only the inserted one can cancel it (OTP: an inserted event counts as
+        // arrived).
+        let log = armed_then_interrupted(&f, Cmd::ArmEventInsert(20 * MS, vec![1]), |_| {});
+        assert_eq!(log, ["ArmEventInsert@A", "I1@A"]);
+        assert!(f.fired.try_recv().is_err(), "the event timeout fired despite the inserted event");
+    });
+}
+
+#[test]
 fn state_timeout_is_cancelled_by_a_state_change() {
     run(|| {
         let f = probe::<false>(None);
@@ -665,16 +684,25 @@ fn inserted_events_run_before_retried_postponed_events() {
 // ------------------------------------------------------------------------------------------
 
 #[test]
-fn call_without_timeout_waits_for_a_late_reply() {
+fn call_without_timeout_waits_past_gen_servers_5_s_default() {
+    // Longer than gen_server's 5 s default by a clear margin: with any finite default up to
+    // 5.5 s the call would give up before the reply.
+    const DELAY: Duration = Duration::from_millis(5500);
+    assert!(DELAY > smarm::gen_server::DEFAULT_CALL_TIMEOUT);
     run(|| {
         let f = probe::<false>(None);
         let (tx, rx) = channel::<smarm::gen_server::ReplyTo<u32>>();
         smarm::spawn(move || {
             let r = rx.recv().unwrap();
-            smarm::sleep(Duration::from_millis(1200));
+            smarm::sleep(DELAY);
             r.reply(5);
         });
+        let start = Instant::now();
         assert_eq!(f.m.call(Req::DeferTo(tx)), Ok(5));
+        let waited = start.elapsed();
+        assert!(waited >= DELAY, "the reply came after only {waited:?}");
+        // The machine still serves.
+        assert_eq!(f.m.call(Req::Sync), Ok(0));
     });
 }
 

@@ -14,6 +14,9 @@
 //!   remaining_actors_get_shutdown_after_the_trees_are_stopped
 //! - then `Killed` after the runtime's shutdown timeout:
 //!   actor_outliving_the_shutdown_timeout_is_killed
+//!   (timing, and cleanup within the timeout: tests/shutdown_timeout.rs,
+//!   the_kill_comes_no_earlier_than_the_shutdown_timeout,
+//!   an_actor_whose_cleanup_ends_within_the_timeout_reports_shutdown)
 //! - `run` returns after every actor has ended, every stack is released and every
 //!   scheduler thread is joined:
 //!   run_returns_after_every_actor_ended_and_every_thread_and_stack_is_released,

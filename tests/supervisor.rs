@@ -724,9 +724,14 @@ fn timeout_child_that_ignores_shutdown_is_killed_after_the_timeout() {
 #[test]
 fn infinity_child_is_waited_for_however_long_it_takes() {
     run(|| {
-        let (sup, h, s) = single(Kind::Slow(300 * MS), Shutdown::Infinity);
+        // Longer than a worker's default shutdown, `Timeout(5 s)`: a timeout would kill it
+        // mid-cleanup (no `done:x`, and it would end `Killed`).
+        let cleanup = 5500 * MS;
+        let (sup, h, s) = single(Kind::Slow(cleanup), Shutdown::Infinity);
+        let start = Instant::now();
         assert!(sup.terminate_child(s.pid));
         // terminate_child returned only after the slow cleanup finished.
+        assert!(start.elapsed() >= cleanup, "terminate_child returned after {:?}", start.elapsed());
         assert_eq!(from_mark(&h.log, "got:x"), ["got:x", "done:x", "down:x"]);
         assert_eq!(s.handle.join(), Ok(()));
     });
