@@ -8,7 +8,9 @@
 //!
 //! Semantics (SEMANTICS.md, "gen_statem"):
 //! - state enter: if [`GenStatem::STATE_ENTER`] is true, every state change calls
-//!   `handle_event(new_state, Enter(old_state))` first (its `Next` is ignored; its actions apply);
+//!   `handle_event(new_state, Enter(old_state))` first. As in OTP, that call may keep the
+//!   state, stop, and set timeouts; a state change, `postpone`, `next_event` or `reply` there
+//!   stops the machine with `Custom("gen_statem: <action> in a state enter call")`;
 //! - `postpone`: the event is retried after the next state change, oldest first;
 //! - an event timeout is cancelled by any event; a state timeout by a state change; a named
 //!   generic timeout only by re-arming or cancelling it;
@@ -69,7 +71,8 @@ pub trait GenStatem: Send + Sized + 'static {
     type Info: Send + 'static;
 
     /// Call `handle_event(new, Enter(old))` on every state change (and once for the initial
-    /// state, with `old == new`).
+    /// state, with `old == new`). That call may keep the state, stop, and set timeouts; a
+    /// state change, `postpone`, `next_event` or `reply` in it stops the machine (as in OTP).
     const STATE_ENTER: bool = false;
 
     /// Runs in the new machine before `start` returns; returns the initial state.
@@ -314,6 +317,23 @@ struct Engine<M: GenStatem> {
     parent: Option<Pid>,
 }
 
+/// What a state-enter call's transition does that OTP forbids there, if anything: it may
+/// keep the state (or name the same one), stop, and set timeouts; it may not change the
+/// state, postpone, insert events, or reply (there is no event to postpone or answer).
+fn bad_enter_action<M: GenStatem>(t: &Transition<M>, state: &M::State) -> Option<&'static str> {
+    if matches!(&t.next, Next::To(s) if s != state) {
+        Some("a state change")
+    } else if t.postpone {
+        Some("postpone")
+    } else if !t.inserted.is_empty() {
+        Some("next_event")
+    } else if t.reply.is_some() {
+        Some("reply")
+    } else {
+        None
+    }
+}
+
 enum Got<M: GenStatem> {
     Event(Event<M>),
     Stop(DownReason, OneshotSender<()>),
@@ -384,13 +404,18 @@ impl<M: GenStatem> Engine<M> {
 
     /// Applies a transition's state and actions. Returns a stop reason if it stops.
     fn apply(&mut self, t: Transition<M>, event: Option<&Event<M>>, enter: bool) -> Option<DownReason> {
+        if enter {
+            if let Some(bad) = bad_enter_action(&t, &self.state) {
+                // OTP: `bad_state_enter_action_from_state_function`; the machine stops.
+                return Some(DownReason::Custom(format!("gen_statem: {bad} in a state enter call")));
+            }
+        }
         let now = Instant::now();
         if let (Some(reply), Some(Event::Call(_, from))) = (t.reply, event) {
             from.reply_now(reply);
         }
         match t.next {
-            // A state-enter call cannot change the state (as in OTP).
-            Next::To(s) if !enter => {
+            Next::To(s) => {
                 if s != self.state {
                     // A state change cancels the state timeout (before this transition's
                     // own actions may arm a new one).

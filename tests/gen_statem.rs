@@ -32,6 +32,9 @@
 //! - default call timeout: infinite:
 //!   call_without_timeout_waits_past_gen_servers_5_s_default,
 //!   call_timeout_gives_up
+//! - (OTP, where silent) a state-enter call may not change the state, postpone, insert events
+//!   or reply; the machine stops:
+//!   a_state_enter_call_may_not_change_the_state_postpone_insert_or_reply
 //! - (gen_server parity) stop runs terminate then replies:
 //!   stop_transition_runs_terminate_before_the_reply
 
@@ -428,6 +431,81 @@ fn actions_of_a_state_enter_call_apply() {
         assert_eq!(what, "StateTimeout");
         assert!(at.duration_since(start) >= 20 * MS);
         assert_eq!(f.log(), ["Enter(A)@A", "Go(B)@A", "Enter(A)@B", "StateTimeout@B"]);
+    });
+}
+
+/// What [`BadEnter`]'s state-enter call for `Door::Open` returns.
+#[derive(Clone, Copy, Debug)]
+enum EnterAction {
+    Fine,
+    StateChange,
+    Postpone,
+    NextEvent,
+    Reply,
+}
+
+/// Enters `Open` with `action`; reports the reason its `terminate` saw.
+struct BadEnter {
+    action: EnterAction,
+    terminated: Sender<DownReason>,
+}
+
+impl GenStatem for BadEnter {
+    type State = Door;
+    type Call = ();
+    type Reply = ();
+    type Cast = ();
+    type Info = ();
+    const STATE_ENTER: bool = true;
+    fn init(&mut self) -> Result<Door, DownReason> {
+        Ok(Door::Locked)
+    }
+    fn handle_event(&mut self, state: &Door, event: &Event<Self>) -> Transition<Self> {
+        match (state, event) {
+            (Door::Open, Event::Enter(_)) => match self.action {
+                EnterAction::Fine => Transition::to(Door::Open).state_timeout(GUARD),
+                EnterAction::StateChange => Transition::to(Door::Locked),
+                EnterAction::Postpone => Transition::keep().postpone(),
+                EnterAction::NextEvent => Transition::keep().next_event(()),
+                EnterAction::Reply => Transition::keep().reply(()),
+            },
+            (Door::Locked, Event::Cast(())) => Transition::to(Door::Open),
+            (_, Event::Call((), _)) => Transition::keep().reply(()),
+            _ => Transition::keep(),
+        }
+    }
+    fn terminate(&mut self, reason: &DownReason, _state: &Door) {
+        let _ = self.terminated.send(reason.clone());
+    }
+}
+
+#[test]
+fn a_state_enter_call_may_not_change_the_state_postpone_insert_or_reply() {
+    run(|| {
+        for (action, what) in [
+            (EnterAction::StateChange, "a state change"),
+            (EnterAction::Postpone, "postpone"),
+            (EnterAction::NextEvent, "next_event"),
+            (EnterAction::Reply, "reply"),
+        ] {
+            let (tx, terminated) = channel();
+            let m = gen_statem::start(BadEnter { action, terminated: tx }).unwrap();
+            let watch = smarm::monitor(m.pid());
+            m.cast(()); // Locked -> Open: the enter call of Open returns `action`
+            let expected = DownReason::Custom(format!("gen_statem: {what} in a state enter call"));
+            match smarm::recv_signal_timeout(GUARD) {
+                Some(smarm::Signal::Down(d)) => {
+                    assert_eq!((d.monitor, d.reason), (watch, expected.clone()), "{action:?}")
+                }
+                other => panic!("{action:?}: expected a Down, got {other:?}"),
+            }
+            assert_eq!(terminated.recv_timeout(GUARD), Ok(expected), "{action:?}: terminate");
+        }
+        // Naming the same state and arming a timeout is allowed (OTP's keep/repeat).
+        let (tx, _terminated) = channel();
+        let m = gen_statem::start(BadEnter { action: EnterAction::Fine, terminated: tx }).unwrap();
+        m.cast(());
+        assert_eq!(m.call(()), Ok(()));
     });
 }
 
