@@ -35,7 +35,9 @@ fn an_actor_still_running_after_the_shutdown_timeout_is_killed() {
                 while spin.elapsed() < Duration::from_millis(200) {
                     std::hint::spin_loop();
                 }
-                smarm::sleep(Duration::from_secs(10)); // the next runtime call: now a kill
+                // The spin outlasted the 50 ms timeout, so the stop request this call raises
+                // is the kill by now (an actor ends with the request it holds at its end).
+                smarm::sleep(Duration::from_secs(10));
             });
             tx.send(h).unwrap();
             smarm::sleep(Duration::from_millis(5));
