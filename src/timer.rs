@@ -66,6 +66,17 @@ pub(crate) fn lazy_word(seq: u64, state: u64) -> u64 {
     (seq << 2) | state
 }
 
+/// How a lazy park timeout ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LazyEnd {
+    /// The timeout fired.
+    Fired,
+    /// The actor was woken first. If the request had been armed, the deadline it had on the
+    /// wheel (the park's timeout counted from the arming, which came after the park began);
+    /// None if it was never armed (the wake came within the rounds before arming).
+    Woken(Option<Instant>),
+}
+
 /// The wheel entry of an armed lazy timeout.
 pub(crate) struct LazyWake {
     shared: *const crate::runtime::Shared,
@@ -342,27 +353,29 @@ impl Timers {
     }
 
     /// The parking actor's side, once resumed: ends lazy request `seq`, taking it off the
-    /// wheel if it was armed. Returns whether it fired.
-    pub(crate) fn disarm_lazy(&self, slot: &crate::slot_state::Slot, seq: u64) -> bool {
+    /// wheel if it was armed.
+    pub(crate) fn disarm_lazy(&self, slot: &crate::slot_state::Slot, seq: u64) -> LazyEnd {
         let idle = lazy_word(seq, LAZY_IDLE);
         // Relaxed: a request never armed ends with this CAS (see `arm_lazy`).
         if slot.lazy.compare_exchange(lazy_word(seq, LAZY_PENDING), idle, Ordering::Relaxed, Ordering::Relaxed).is_ok()
         {
-            return false;
+            return LazyEnd::Woken(None);
         }
         let mut wheel = self.wheel.lock();
         // Relaxed: under the lock that orders every ARMED/FIRED transition.
         let cur = slot.lazy.load(Ordering::Relaxed);
-        let removed = if cur == lazy_word(seq, LAZY_ARMED) {
+        let (removed, end) = if cur == lazy_word(seq, LAZY_ARMED) {
             // SAFETY: accessed under the timer lock.
-            wheel.cancel(unsafe { *slot.lazy_key.get() })
+            let key = unsafe { *slot.lazy_key.get() };
+            (wheel.cancel(key), LazyEnd::Woken(Some(self.deadline_of(key))))
         } else {
-            None
+            debug_assert_eq!(cur, lazy_word(seq, LAZY_FIRED), "smarm: lazy request in an unexpected state");
+            (None, LazyEnd::Fired)
         };
         slot.lazy.store(idle, Ordering::Relaxed);
         drop(wheel);
         drop(removed);
-        cur == lazy_word(seq, LAZY_FIRED)
+        end
     }
 
     /// Number of deadlines on the wheel.

@@ -102,6 +102,12 @@
 //! - timers aimed at a pid are cancelled when that actor exits:
 //!   timers_aimed_at_an_actor_are_cancelled_when_it_exits,
 //!   timers_aimed_at_an_actor_are_cancelled_before_its_down_is_delivered
+//!
+//! Selective receive (issue 4, "Mailboxes and signals"; OTP's `receive ... after`)
+//! - the first matching envelope is taken, the others stay in order:
+//!   (hand_off.rs) a_selective_receive_takes_its_match_and_leaves_the_rest_queued_in_order
+//! - the timeout counts from the start of the receive, whatever else arrives meanwhile:
+//!   selective_receive_keeps_its_deadline_while_other_messages_arrive
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -540,6 +546,32 @@ fn child_unwinder_found_without_the_hook_then_another_parks_beside_it() {
 fn an_unwinder_found_without_the_hook_stays_known_when_another_parks_beside_it() {
     let (status, stderr) = run_child("child_unwinder_found_without_the_hook_then_another_parks_beside_it");
     assert!(status.success(), "the child process failed ({status}):\n{stderr}");
+}
+
+#[test]
+fn selective_receive_keeps_its_deadline_while_other_messages_arrive() {
+    run(|| {
+        // The receive waits 1 s for `1`; a `0` comes at 0.8 s and the `1` at 1.6 s. A
+        // receive that restarted its timeout on the `0` (until 1.8 s) would take the `1`.
+        let (tx, rx) = oneshot::<(Option<Envelope<u32>>, Vec<u32>)>();
+        let addr = smarm::spawn_actor(move |mb: Mailbox<u32>| {
+            let got = mb.recv_match(Some(1000 * MS), |e| matches!(e, Envelope::Msg(1)));
+            let mut rest = Vec::new();
+            while let Some(Envelope::Msg(m)) = mb.recv_timeout(Duration::ZERO) {
+                rest.push(m);
+            }
+            tx.send((got, rest)).unwrap();
+        });
+        let start = Instant::now();
+        smarm::sleep(800 * MS);
+        addr.send(0);
+        smarm::sleep((1600 * MS).saturating_sub(start.elapsed()));
+        addr.send(1);
+        let (got, rest) = rx.recv().unwrap();
+        assert_eq!(got, None, "the receive outlived its 1 s timeout");
+        // Whatever arrived before it ended is still queued, in order.
+        assert!(rest == [0] || rest == [0, 1], "queue after the timeout: {rest:?}");
+    });
 }
 
 #[test]

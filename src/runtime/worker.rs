@@ -67,6 +67,7 @@ use crate::context::{fp_control_read, fp_control_switch, switch_to_actor, switch
 use crate::process::{Cancelled, DownReason};
 use crate::slot_state::{Pid, Slot, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::{self, AltStack, Stack, GUARD_BYTES};
+use crate::timer::LazyEnd;
 
 use super::{Inbox, Shared};
 use crate::local_queue::LocalQueue;
@@ -1254,14 +1255,14 @@ pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
 }
 
 /// Parks the running actor until woken or until at least `timeout` has passed. Returns
-/// None, doing nothing, off an actor; otherwise whether the timeout fired. May return
-/// spuriously (`Some(false)` with nothing to see): callers re-check their condition.
+/// None, doing nothing, off an actor; otherwise how the timeout ended. May return
+/// spuriously (woken with nothing to see): callers re-check their condition.
 ///
 /// The timeout is *lazy* (see "Lazy timeouts" in `timer`): the request is noted on this
 /// thread and put on the timer wheel only if the actor is still parked a couple of rounds
 /// later, counting from then, so it never fires early and a prompt wake costs no wheel
 /// traffic and no clock read.
-pub(crate) fn park_timeout(timeout: Duration) -> Option<bool> {
+pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
     // The worker is not used after the switch in `park_current`.
     let (w, index, slot) = running_actor()?;
     // Relaxed: only this actor starts requests on its slot, and it ended the last one itself.
@@ -1282,14 +1283,14 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<bool> {
     }
     impl Disarm {
         /// `w`: the worker of the thread the actor now runs on.
-        fn finish(&self, w: &Worker) -> bool {
+        fn finish(&self, w: &Worker) -> LazyEnd {
             // Resumed on the thread it parked on, before that thread looked at the request:
             // it is still the newest entry there, never seen by anyone (only this thread
             // reads its ring), so it ends without the CAS against a concurrent arming.
             if w.pending_timeouts.take_newest(self.index, self.seq) {
                 // Relaxed: nobody else looks at a request that is on no ring and no wheel.
                 self.slot.lazy.store(crate::timer::lazy_word(self.seq, crate::timer::LAZY_IDLE), Ordering::Relaxed);
-                return false;
+                return LazyEnd::Woken(None);
             }
             // SAFETY: the runtime outlives its running actor.
             unsafe { &*self.shared }.timers.disarm_lazy(self.slot, self.seq)
@@ -1304,9 +1305,9 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<bool> {
     }
     let guard = Disarm { shared: w.shared_ptr(), slot, index, seq };
     let w = park_running(w, slot);
-    let fired = guard.finish(w);
+    let end = guard.finish(w);
     std::mem::forget(guard);
-    Some(fired)
+    Some(end)
 }
 
 /// How long a blocking receive may wait, in the form that costs the least: a relative
@@ -1320,8 +1321,11 @@ pub(crate) enum WaitLimit {
     Until(Instant),
     /// At most this long from now (nothing parked yet).
     For(Duration),
-    /// Parked once for this long and woken without the timeout firing: from the next park
-    /// on it counts from a fresh clock read (so it may end a little late, never early).
+    /// Parked once for this long and woken before its lazy timeout was armed, that is
+    /// within the few scheduling rounds before arming: from the next park on it counts from
+    /// a fresh clock read (late by at most those rounds, never early). Woken after the
+    /// arming, the limit becomes `Until` the armed deadline instead, so a wait that is woken
+    /// without its condition (a selective receive seeing other messages) keeps its deadline.
     Resumed(Duration),
 }
 
@@ -1352,9 +1356,15 @@ impl WaitLimit {
                 false
             }
             WaitLimit::For(t) if !t.is_zero() => match park_timeout(t) {
-                Some(fired) => {
+                Some(LazyEnd::Fired) => true,
+                // Woken first: the next park waits for what is left of the limit.
+                Some(LazyEnd::Woken(Some(deadline))) => {
+                    *self = WaitLimit::Until(deadline);
+                    false
+                }
+                Some(LazyEnd::Woken(None)) => {
                     *self = WaitLimit::Resumed(t);
-                    fired
+                    false
                 }
                 None => self.park_slow(),
             },
