@@ -56,6 +56,7 @@ use crate::gen_server::{
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, DownReason};
 use crate::slot_state::Pid;
+use crate::timer::deadline_after;
 
 /// A state machine's behaviour.
 pub trait GenStatem: Send + Sized + 'static {
@@ -427,15 +428,15 @@ impl<M: GenStatem> Engine<M> {
             _ => {}
         }
         if let Some(d) = t.event_timeout {
-            self.event_deadline = Some(now + d);
+            self.event_deadline = Some(deadline_after(now, d));
         }
         if let Some(d) = t.state_timeout {
-            self.state_deadline = Some(now + d);
+            self.state_deadline = Some(deadline_after(now, d));
         }
         for (name, d) in t.timeouts {
             match d {
                 Some(d) => {
-                    self.named.insert(name, now + d);
+                    self.named.insert(name, deadline_after(now, d));
                 }
                 None => {
                     self.named.remove(&name);

@@ -778,5 +778,8 @@ pub fn recv_signal() -> Signal {
 /// Like [`recv_signal`], giving up after `timeout`.
 pub fn recv_signal_timeout(timeout: std::time::Duration) -> Option<Signal> {
     let (sh, me) = me("recv_signal_timeout");
-    crate::mailbox::recv_signal_from(own_sink(sh, me), Some(std::time::Instant::now() + timeout))
+    crate::mailbox::recv_signal_from(
+        own_sink(sh, me),
+        Some(crate::timer::deadline_after(std::time::Instant::now(), timeout)),
+    )
 }

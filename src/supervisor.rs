@@ -412,7 +412,7 @@ impl Sup {
             }
         }
         let deadline = match spec.shutdown {
-            Shutdown::Timeout(d) => Some(Instant::now() + d),
+            Shutdown::Timeout(d) => Some(crate::timer::deadline_after(Instant::now(), d)),
             _ => None,
         };
         let mut left: Vec<Pid> = pids;

@@ -66,6 +66,16 @@ pub(crate) fn lazy_word(seq: u64, state: u64) -> u64 {
     (seq << 2) | state
 }
 
+/// The longest wait a deadline expresses: a delay past what `Instant` can hold (such as
+/// `Duration::MAX`, "wait forever") counts as this long.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `from + d`, clamped to [`FAR_FUTURE`] from `from` when `Instant` cannot hold it (std's
+/// `+` panics there).
+pub(crate) fn deadline_after(from: Instant, d: Duration) -> Instant {
+    from.checked_add(d.min(FAR_FUTURE)).expect("smarm: Instant cannot hold a deadline 100 years ahead")
+}
+
 /// How a lazy park timeout ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LazyEnd {
@@ -464,7 +474,8 @@ struct ThreadTimer {
 
 /// Sends `msg` on `sender` once `delay` has passed (never earlier). Returns a handle for
 /// [`cancel`]. From an actor the runtime's timer structure holds it; from a plain thread a
-/// helper thread does.
+/// helper thread does. A delay too long for `Instant` (`Duration::MAX`) counts as 100 years,
+/// as does every timeout in smarm (a "wait forever" never panics on the addition).
 ///
 /// ```
 /// use std::time::Duration;
@@ -476,7 +487,7 @@ struct ThreadTimer {
 /// });
 /// ```
 pub fn send_after<T: Send + 'static>(delay: Duration, sender: &crate::channel::Sender<T>, msg: T) -> TimerRef {
-    let deadline = Instant::now() + delay;
+    let deadline = deadline_after(Instant::now(), delay);
     let tx = sender.clone();
     let w = crate::runtime::current_worker();
     if !w.is_null() {
@@ -550,7 +561,7 @@ pub fn cancel(timer: TimerRef) -> Option<Duration> {
 /// # Panics
 /// Outside an actor.
 pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::Addr<M>, msg: M) -> TimerRef {
-    let deadline = Instant::now() + delay;
+    let deadline = deadline_after(Instant::now(), delay);
     let w = crate::runtime::current_worker();
     assert!(!w.is_null(), "smarm::send_after_addr called outside an actor");
     // SAFETY: this thread's live worker.

@@ -25,7 +25,8 @@
 //! - named generic timeouts only by re-arming or cancelling:
 //!   named_timeout_survives_events_and_state_changes,
 //!   rearming_a_named_timeout_replaces_the_pending_one,
-//!   cancelling_a_named_timeout_prevents_it, named_timeouts_are_independent
+//!   cancelling_a_named_timeout_prevents_it, named_timeouts_are_independent,
+//!   timeouts_of_duration_max_never_fire_and_do_not_stop_the_machine
 //! - inserted events (`next_event`) run before queued external events:
 //!   inserted_events_run_before_queued_external_events_in_order,
 //!   inserted_events_run_before_retried_postponed_events
@@ -683,6 +684,19 @@ fn named_timeout_survives_events_and_state_changes() {
         assert_eq!(what, "Timeout(\"t\")");
         assert!(at.duration_since(start) >= 40 * MS, "fired early");
         assert_eq!(logged(&f), ["ArmNamed(t)@A", "N1@A", "Go(B)@A", "Go(C)@B", "Timeout(\"t\")@C"]);
+    });
+}
+
+#[test]
+fn timeouts_of_duration_max_never_fire_and_do_not_stop_the_machine() {
+    run(|| {
+        let f = probe::<false>(None);
+        f.m.cast(Cmd::ArmState(Duration::MAX));
+        f.m.cast(Cmd::ArmNamed("t", Duration::MAX));
+        f.m.cast(Cmd::ArmEvent(Duration::MAX));
+        // Alive (a deadline past what `Instant` holds used to panic the machine).
+        assert_eq!(f.m.call(Req::Sync), Ok(0));
+        assert!(f.fired.try_recv().is_err());
     });
 }
 

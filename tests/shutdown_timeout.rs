@@ -6,7 +6,8 @@
 //!   an_actor_still_running_after_the_shutdown_timeout_is_killed,
 //!   the_kill_comes_no_earlier_than_the_shutdown_timeout,
 //!   an_actor_that_ends_within_the_timeout_reports_shutdown,
-//!   an_actor_whose_cleanup_ends_within_the_timeout_reports_shutdown
+//!   an_actor_whose_cleanup_ends_within_the_timeout_reports_shutdown,
+//!   a_shutdown_timeout_of_duration_max_waits_for_the_actors
 
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -167,5 +168,27 @@ fn an_actor_whose_cleanup_ends_within_the_timeout_reports_shutdown() {
     // `run` returned after the actor ended: its cleanup has finished, or never will.
     let slept = done_rx.try_recv().expect("the cleanup did not run to its end");
     assert!(slept >= 20 * MS, "the cleanup's sleep returned after {slept:?}");
+    assert_eq!(rx.recv().unwrap().join(), Err(DownReason::Shutdown));
+}
+
+#[test]
+fn a_shutdown_timeout_of_duration_max_waits_for_the_actors() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    smarm::Runtime::builder()
+        .threads(2)
+        .shutdown_timeout(Duration::MAX)
+        .build()
+        .unwrap()
+        .run(move || {
+            let (ready_tx, ready_rx) = smarm::channel::oneshot::<()>();
+            let h = smarm::spawn(move || {
+                ready_tx.send(()).unwrap();
+                smarm::sleep(Duration::from_secs(3600));
+            });
+            tx.send(h).unwrap();
+            ready_rx.recv().unwrap();
+        })
+        .unwrap();
+    // The remaining actor got `Shutdown` (no kill deadline overflowed on the way).
     assert_eq!(rx.recv().unwrap().join(), Err(DownReason::Shutdown));
 }

@@ -151,6 +151,59 @@ fn cancel_timer_returns_the_time_left_to_the_deadline_not_the_delay() {
     });
 }
 
+/// `Duration::MAX` ("wait forever", as std's `recv_timeout` accepts it) anywhere a timeout
+/// goes: it must wait, not panic on `Instant + Duration` overflow.
+#[test]
+fn duration_max_timeouts_wait_instead_of_overflowing() {
+    let _g = shared();
+    rt(1)
+        .run(|| {
+            let max = Duration::MAX;
+            // Channel receive and select: a later send ends them.
+            let (tx, rx) = channel::<u32>();
+            let feeder = smarm::spawn(move || {
+                for i in 0..2 {
+                    smarm::yield_now();
+                    tx.send(i).unwrap();
+                }
+            });
+            assert_eq!(rx.recv_timeout(max), Ok(0));
+            let got = smarm::select! { recv(rx) -> m => m.ok(), timeout(max) => None };
+            assert_eq!(got, Some(1));
+            feeder.join().unwrap();
+            // A timer that never fires, cancelled with (about) a century left.
+            let (tx, _rx) = channel::<u32>();
+            let t = smarm::send_after(max, &tx, 1);
+            assert!(smarm::cancel_timer(t).is_some_and(|left| left > Duration::from_secs(99 * 365 * 24 * 3600)));
+            // A selective receive woken by a message it does not take, then by its match
+            // (the second park turns the limit into a deadline).
+            let addr = smarm::spawn_actor(|mb: smarm::Mailbox<u32>| {
+                let got = mb.recv_match(Some(Duration::MAX), |e| matches!(e, smarm::Envelope::Msg(2)));
+                assert_eq!(got, Some(smarm::Envelope::Msg(2)));
+            });
+            smarm::monitor(addr.pid());
+            addr.send(1);
+            smarm::yield_now();
+            addr.send(2);
+            // A signal wait: the Down of the receiver above.
+            match smarm::recv_signal_timeout(max) {
+                Some(smarm::Signal::Down(d)) => assert_eq!(d.reason, smarm::DownReason::Normal),
+                other => panic!("expected the Down, got {other:?}"),
+            }
+            // A sleep that only a kill ends.
+            let sleeper = smarm::spawn(move || smarm::sleep(max));
+            smarm::yield_now();
+            smarm::kill(sleeper.pid());
+            assert_eq!(sleeper.join(), Err(smarm::DownReason::Killed));
+        })
+        .unwrap();
+    // A plain thread's oneshot wait.
+    let (tx, mut rx) = smarm::channel::oneshot::<u32>();
+    let t = std::thread::spawn(move || rx.recv_timeout(Duration::MAX));
+    tx.send(5).unwrap();
+    assert_eq!(t.join().unwrap(), Ok(5));
+}
+
 #[test]
 fn send_after_from_a_plain_thread_reaches_an_actor() {
     let _g = shared();

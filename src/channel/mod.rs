@@ -37,7 +37,7 @@ use crate::runtime::{park_until, Waiter};
 use crate::sync::raw_mutex::{Rank, RawMutex};
 
 pub use oneshot::{oneshot, OneshotReceiver, OneshotSender};
-pub use select::{select_ready, SelectRecv, SelectWaiter, Selectable};
+pub use select::{__deadline_after, select_ready, SelectRecv, SelectWaiter, Selectable};
 pub use watch::{watch, WatchReceiver, WatchSender};
 
 /// First allocation of an unbounded queue, in messages.
@@ -372,7 +372,7 @@ impl<T> Receiver<T> {
     /// Like [`recv`](Self::recv), giving up after `timeout`. A zero timeout polls without
     /// parking.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        self.recv_deadline_opt(Some(Instant::now() + timeout))
+        self.recv_deadline_opt(Some(crate::timer::deadline_after(Instant::now(), timeout)))
     }
 
     /// Like [`recv`](Self::recv), giving up at `deadline`.

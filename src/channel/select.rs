@@ -125,7 +125,7 @@ impl Drop for Unregister<'_, '_> {
 #[macro_export]
 macro_rules! select {
     ( $( recv($rx:expr) -> $res:pat => $body:expr ),+ , timeout($d:expr) => $tbody:expr $(,)? ) => {
-        $crate::__select_impl!(::core::option::Option::Some(::std::time::Instant::now() + $d); $( ($rx, $res, $body) )+ ; $tbody)
+        $crate::__select_impl!(::core::option::Option::Some($crate::channel::__deadline_after($d)); $( ($rx, $res, $body) )+ ; $tbody)
     };
     ( $( recv($rx:expr) -> $res:pat => $body:expr ),+ $(,)? ) => {
         $crate::__select_impl!(::core::option::Option::None; $( ($rx, $res, $body) )+ ; ::core::unreachable!("select without timeout returned none"))
@@ -151,6 +151,12 @@ macro_rules! __select_impl {
             $tbody
         }
     }};
+}
+
+/// `select!`'s timeout as a deadline (a delay too long for `Instant` counts as 100 years).
+#[doc(hidden)]
+pub fn __deadline_after(d: std::time::Duration) -> Instant {
+    crate::timer::deadline_after(Instant::now(), d)
 }
 
 /// Completes the receive of a ready `select!` arm.

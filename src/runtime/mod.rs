@@ -529,7 +529,7 @@ impl Shared {
         // Whoever has not ended within the shutdown timeout is killed. The timer holds a Weak:
         // it must not keep the runtime alive, and it dies with the runtime's timer wheel.
         let rt = Arc::downgrade(self);
-        let deadline = std::time::Instant::now() + self.config.shutdown_timeout;
+        let deadline = crate::timer::deadline_after(std::time::Instant::now(), self.config.shutdown_timeout);
         let kill = crate::timer::Action::Run(Box::new(move || {
             if let Some(sh) = rt.upgrade() {
                 sh.stop_all(CANCEL_KILL);

@@ -1340,7 +1340,7 @@ impl WaitLimit {
         match *self {
             WaitLimit::Forever => None,
             WaitLimit::Until(d) => Some(d),
-            WaitLimit::For(t) | WaitLimit::Resumed(t) => Some(Instant::now() + t),
+            WaitLimit::For(t) | WaitLimit::Resumed(t) => Some(crate::timer::deadline_after(Instant::now(), t)),
         }
     }
 
@@ -1386,7 +1386,7 @@ impl WaitLimit {
             // A zero timeout polls: the limit has passed without parking.
             WaitLimit::For(t) if t.is_zero() => true,
             WaitLimit::For(t) | WaitLimit::Resumed(t) => {
-                *self = WaitLimit::Until(Instant::now() + t);
+                *self = WaitLimit::Until(crate::timer::deadline_after(Instant::now(), t));
                 self.park_slow()
             }
         }
@@ -1403,7 +1403,7 @@ pub(crate) fn sleep(d: Duration) {
         yield_now();
         return;
     }
-    let deadline = Instant::now() + d;
+    let deadline = crate::timer::deadline_after(Instant::now(), d);
     while park_until(Some(deadline)) {}
 }
 
