@@ -331,7 +331,7 @@ pub(crate) fn exit_reason_now(rx: &WatchReceiver<Option<DownReason>>) -> Option<
 /// deferred reply (then the caller times out, as in OTP).
 pub(crate) fn call_with<R: Send>(
     server: Pid,
-    limit: WaitLimit,
+    mut limit: WaitLimit,
     exit: &WatchReceiver<Option<DownReason>>,
     send: impl FnOnce(From<R>) -> bool,
 ) -> Result<R, CallError> {
@@ -352,7 +352,7 @@ pub(crate) fn call_with<R: Send>(
     if !send(from) {
         return Err(CallError::NoProc);
     }
-    match wait.wait(limit) {
+    match wait.wait(&mut limit) {
         Ok(r) => Ok(r),
         Err(NoReply::Timeout) => Err(CallError::Timeout),
         Err(NoReply::Dropped) => Err(server_gone(limit, exit)),
@@ -364,7 +364,7 @@ pub(crate) fn call_with<R: Send>(
 #[cold]
 fn call_by_oneshot<R: Send>(
     caller: Option<Pid>,
-    limit: WaitLimit,
+    mut limit: WaitLimit,
     exit: &WatchReceiver<Option<DownReason>>,
     send: impl FnOnce(From<R>) -> bool,
 ) -> Result<R, CallError> {
@@ -372,7 +372,7 @@ fn call_by_oneshot<R: Send>(
     if !send(From { tx: std::cell::Cell::new(Some(Reply::Channel(tx))), caller }) {
         return Err(CallError::NoProc);
     }
-    match rx.recv_within(limit) {
+    match rx.recv_within(&mut limit) {
         Ok(r) => Ok(r),
         Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
         Err(RecvTimeoutError::Disconnected) => Err(server_gone(limit, exit)),
@@ -380,11 +380,13 @@ fn call_by_oneshot<R: Send>(
 }
 
 /// The server dropped a call's `From`: `Down` with its exit reason once its exit cell is
-/// set (waiting for it within `limit`), else `Timeout` (a deferred reply that was dropped).
+/// set (waiting for it within what is left of the call's `limit`), else `Timeout` (a
+/// deferred reply that was dropped).
 #[cold]
 fn server_gone(limit: WaitLimit, exit: &WatchReceiver<Option<DownReason>>) -> CallError {
-    // The limit as a deadline (a relative one restarts now, so the wait for the exit cell
-    // may end a little late, never early).
+    // What is left of the call's limit, as a deadline: a park woken after its timeout was
+    // armed left the armed deadline; a relative limit still restarts now (it was woken
+    // within the rounds before arming), so the wait may end that little late, never early.
     let deadline = limit.deadline();
     let mut exit = exit.clone();
     loop {

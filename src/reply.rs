@@ -104,9 +104,10 @@ impl<R> ReplyWait<R> {
         ReplySender { slot: self.slot, seq: self.seq, cell: self.value.get(), shared, caller }
     }
 
-    /// Waits for the reply within `limit`.
+    /// Waits for the reply within `limit`, which is left as what remains of it (the caller
+    /// may go on to wait for the server's exit within the same limit).
     #[inline(always)]
-    pub(crate) fn wait(&self, mut limit: WaitLimit) -> Result<R, NoReply> {
+    pub(crate) fn wait(&self, limit: &mut WaitLimit) -> Result<R, NoReply> {
         loop {
             // Acquire: pairs with the sender's Release store of DONE (the value is in).
             let w = self.slot.reply.load(Ordering::Acquire);

@@ -31,7 +31,8 @@
 //!   call_reports_down_with_the_exit_signal_reason,
 //!   call_held_by_a_server_that_stops_reports_down_with_the_stop_reason
 //! - `Timeout`:
-//!   call_without_a_reply_times_out
+//!   call_without_a_reply_times_out,
+//!   a_deferred_reply_dropped_late_still_times_out_at_the_calls_limit
 //! - `CallingSelf`:
 //!   call_to_itself_is_calling_self
 //! - a reply that arrives after a timeout is discarded, never seen later:
@@ -676,6 +677,31 @@ fn call_to_itself_is_calling_self() {
         let (tx, rx) = channel();
         assert_eq!(s.call(Call::Myself("selfish", tx)), Ok(0));
         assert_eq!(rx.recv_timeout(GUARD), Ok(Err(CallError::CallingSelf)));
+    });
+}
+
+#[test]
+fn a_deferred_reply_dropped_late_still_times_out_at_the_calls_limit() {
+    run(|| {
+        // The call allows 1 s; the holder drops the reply handle at 0.8 s (no reply will
+        // come, the server lives on). A marker is set at 1.4 s: a call that started its wait
+        // for the server's exit afresh at the drop (until 1.8 s) would return after it.
+        let s = gen_server::start(Srv::new(&new_log())).unwrap();
+        let (tx, rx) = channel::<ReplyTo<u32>>();
+        smarm::spawn(move || {
+            let r = rx.recv().unwrap();
+            smarm::sleep(800 * MS);
+            drop(r);
+        });
+        let marker = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let m = marker.clone();
+        smarm::spawn(move || {
+            smarm::sleep(1400 * MS);
+            m.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        assert_eq!(s.call_timeout(Call::DeferTo(tx), 1000 * MS), Err(CallError::Timeout));
+        assert!(!marker.load(std::sync::atomic::Ordering::SeqCst), "the call outlived its 1 s limit");
+        assert_eq!(s.call(Call::Echo(3)), Ok(3));
     });
 }
 

@@ -173,7 +173,7 @@ impl<T> OneshotReceiver<T> {
 
     /// Waits for the value; [`RecvError`] if the sender was dropped without sending.
     pub fn recv(self) -> Result<T, RecvError> {
-        self.wait(WaitLimit::Forever).map_err(|_| RecvError)
+        self.wait(&mut WaitLimit::Forever).map_err(|_| RecvError)
     }
 
     /// Takes the value if it has arrived.
@@ -194,22 +194,24 @@ impl<T> OneshotReceiver<T> {
 
     /// Waits for the value until `deadline`.
     pub fn recv_deadline(&mut self, deadline: Instant) -> Result<T, RecvTimeoutError> {
-        self.recv_within(WaitLimit::Until(deadline))
+        self.recv_within(&mut WaitLimit::Until(deadline))
     }
 
     /// Waits at most `timeout` for the value.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        self.recv_within(WaitLimit::For(timeout))
+        self.recv_within(&mut WaitLimit::For(timeout))
     }
 
-    pub(crate) fn recv_within(&mut self, limit: WaitLimit) -> Result<T, RecvTimeoutError> {
+    /// Waits within `limit`, which is left as what remains of it (a deadline once a park
+    /// has turned it into one), for a caller that goes on waiting for something else.
+    pub(crate) fn recv_within(&mut self, limit: &mut WaitLimit) -> Result<T, RecvTimeoutError> {
         if self.done.get() {
             return Err(RecvTimeoutError::Disconnected);
         }
         self.wait(limit)
     }
 
-    fn wait(&self, mut limit: WaitLimit) -> Result<T, RecvTimeoutError> {
+    fn wait(&self, limit: &mut WaitLimit) -> Result<T, RecvTimeoutError> {
         let mut s = self.lock();
         loop {
             if s.value.is_some() {
