@@ -484,13 +484,16 @@ impl<M: GenStatem> Engine<M> {
             self.event_deadline = None;
             return Got::Event(Event::EventTimeout);
         }
+        // A timeout event is an event too: it cancels the event timeout (as in OTP).
         if self.state_deadline.is_some_and(|t| t <= now) {
             self.state_deadline = None;
+            self.event_deadline = None;
             return Got::Event(Event::StateTimeout);
         }
         if let Some((name, t)) = named_next {
             if t <= now {
                 self.named.remove(&name);
+                self.event_deadline = None;
                 return Got::Event(Event::Timeout(name));
             }
         }

@@ -18,7 +18,8 @@
 //!   event_timeout_fires_when_no_event_arrives,
 //!   event_timeout_is_cancelled_by_a_cast, event_timeout_is_cancelled_by_an_info,
 //!   event_timeout_is_cancelled_by_a_call,
-//!   event_timeout_is_cancelled_by_an_inserted_event (OTP: an inserted event counts as arrived)
+//!   event_timeout_is_cancelled_by_an_inserted_event (OTP: an inserted event counts as arrived),
+//!   event_timeout_is_cancelled_by_a_state_or_named_timeout_event
 //! - a state timeout by a state change:
 //!   state_timeout_is_cancelled_by_a_state_change,
 //!   state_timeout_survives_events_and_transitions_to_the_same_state
@@ -599,6 +600,22 @@ fn event_timeout_is_cancelled_by_a_cast() {
         let log = armed_then_interrupted(&f, Cmd::ArmEvent(20 * MS), |m| m.cast(Cmd::Note(1)));
         assert_eq!(log, ["ArmEvent@A", "N1@A"]);
         assert!(f.fired.try_recv().is_err());
+    });
+}
+
+#[test]
+fn event_timeout_is_cancelled_by_a_state_or_named_timeout_event() {
+    run(|| {
+        for (arm, fired) in [(Cmd::ArmState(10 * MS), "StateTimeout"), (Cmd::ArmNamed("t", 10 * MS), "Timeout(\"t\")")]
+        {
+            let f = probe::<false>(None);
+            let armed = format!("{}@A", if fired == "StateTimeout" { "ArmState" } else { "ArmNamed(t)" });
+            // The 10 ms timeout fires first; its event must cancel the 40 ms event timeout.
+            let log = armed_then_interrupted(&f, arm, |m| m.cast(Cmd::ArmEvent(40 * MS)));
+            assert_eq!(log, [armed, "ArmEvent@A".to_string(), format!("{fired}@A")]);
+            assert_eq!(f.fired.try_recv().map(|(what, _)| what), Ok(fired.to_string()));
+            assert!(f.fired.try_recv().is_err(), "the event timeout fired after the {fired} event");
+        }
     });
 }
 
