@@ -615,7 +615,16 @@ pub(crate) fn track_timer(sh: &Shared, pid: Pid, key: crate::timer::TimerKey) ->
     if !alive_locked(sh, &slot, pid) {
         return false;
     }
-    slot.state_for(pid.generation()).timers.push(key);
+    let timers = &mut slot.state_for(pid.generation()).timers;
+    // Fired and cancelled timers leave their keys here; drop those before the list would
+    // grow, so an actor that lives on with a periodic timer keeps a bounded list. Then at
+    // most half full, so the pruning stays amortised O(1) per timer. Timers rank above
+    // Process (as in `on_exit`).
+    if timers.len() == timers.capacity() && timers.len() >= 8 {
+        sh.timers.retain_pending(timers);
+        timers.reserve(timers.len());
+    }
+    timers.push(key);
     true
 }
 

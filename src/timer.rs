@@ -388,6 +388,12 @@ impl Timers {
         end
     }
 
+    /// Keeps only the keys whose timers are still on the wheel (neither fired nor cancelled).
+    pub(crate) fn retain_pending(&self, keys: &mut Vec<TimerKey>) {
+        let wheel = self.wheel.lock();
+        keys.retain(|k| wheel.entries.get(k.idx as usize).is_some_and(|e| e.gen == k.gen && e.action.is_some()));
+    }
+
     /// Number of deadlines on the wheel.
     pub(crate) fn pending(&self) -> usize {
         self.wheel.lock().pending

@@ -1,0 +1,73 @@
+//! Timers aimed at a long-lived actor leave no bookkeeping behind once they fire: an actor
+//! that lives on with a periodic `send_after_addr` keeps a bounded amount of heap. A counting
+//! global allocator measures live heap bytes between batches of fired timers.
+//!
+//! This file holds a single test so that no other test's allocations disturb the count.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+use smarm::{Envelope, Mailbox, Runtime};
+
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator and only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // Relaxed: a statistic, read by the one actor that makes the allocations it compares.
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+const BATCH: u32 = 1_000;
+const BATCHES: u32 = 20;
+
+#[test]
+fn fired_timers_aimed_at_a_live_actor_leave_no_bookkeeping() {
+    let rt = Runtime::builder().threads(1).build().unwrap();
+    rt.run(|| {
+        let (done_tx, done_rx) = smarm::channel::channel::<()>();
+        // Acknowledges every batch once it has received all of it.
+        let target = smarm::spawn_actor(move |mb: Mailbox<u32>| loop {
+            for _ in 0..BATCH {
+                match mb.recv() {
+                    Envelope::Msg(u32::MAX) => return,
+                    Envelope::Msg(_) => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            done_tx.send(()).unwrap();
+        });
+        let mut live = Vec::new();
+        for _ in 0..BATCHES {
+            for i in 0..BATCH {
+                let _ = smarm::send_after_addr(Duration::ZERO, &target, i);
+            }
+            done_rx.recv().unwrap();
+            live.push(LIVE.load(Ordering::Relaxed));
+        }
+        target.send(u32::MAX);
+        // After the first batches every structure has reached its working size; a key kept
+        // per fired timer would add 16 bytes each, 16 * 18,000 = 288,000 bytes by the end.
+        let growth = live[BATCHES as usize - 1] - live[1];
+        assert!(
+            growth < 32 * 1024,
+            "live heap grew by {growth} bytes over {} fired timers: {live:?}",
+            (BATCHES - 2) * BATCH
+        );
+    })
+    .unwrap();
+}
