@@ -31,6 +31,12 @@
 //! an actor that moved on. A thread holds at most 256 notes; a further one first arms the
 //! oldest (early arming only makes that timeout count from later, never fire earlier).
 //!
+//! Limitation: only the noting thread arms its notes. While an actor holds that thread
+//! without yielding it (a blocking OS call, a long `NoPreempt` section, a loop without
+//! runtime calls), the timeouts noted there wait for it, even if other threads are idle;
+//! and a wait woken without its condition before its note was armed counts its limit afresh
+//! from that wake (an armed note hands its deadline back instead, see `LazyEnd`).
+//!
 //! `next` is a *lower bound* on the earliest deadline, readable without the lock: insert
 //! lowers it; firing recomputes it as the smaller of the earliest deadline in the current
 //! tick's slot and the start of the first non-empty slot after it (the current slot also
