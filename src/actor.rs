@@ -58,6 +58,10 @@ pub(crate) struct ActorCell {
     pub(crate) intent: u8,
     /// This actor itself started a panic (or a cancellation) that may still be unwinding.
     pub(crate) unwinding: bool,
+    /// A stop request (kill, exit signal, shutdown) was raised in this actor as an unwind.
+    /// Only then does the request decide the exit reason over a panic of the actor's own: a
+    /// signal that arrives while the actor unwinds its own panic finds it already dying.
+    pub(crate) stop_raised: bool,
     /// The root actor: its end starts the runtime's shutdown.
     pub(crate) is_root: bool,
     /// The actor's stack as `Stack::into_raw` parts; `(0, 0)` when none.
@@ -134,10 +138,9 @@ where
             None => call_caught(f).map_err(reason_from_payload),
         }
     }))
-    .unwrap_or_else(|p| Err(reason_from_payload(p))); // the closure's Drop panicked
-                                                      // A stop request (kill, exit signal, shutdown) decides the exit reason even if the actor
-                                                      // swallowed its unwind with `catch_unwind` and then returned: a kill cannot be undone.
-                                                      // A reason the body chose for itself (a behaviour's crash or stop) replaces a return.
+    // (Err: the closure's Drop panicked.)
+    .unwrap_or_else(|p| Err(reason_from_payload(p)));
+    // A reason the body chose for itself (a behaviour's crash or stop) replaces a return.
     let outcome = match (outcome, crate::runtime::worker::take_current_exit_override()) {
         (Ok(v), Some(reason)) => {
             drop(v);
@@ -145,8 +148,13 @@ where
         }
         (outcome, _) => outcome,
     };
+    // A stop request (kill, exit signal, shutdown) decides the exit reason even if the actor
+    // swallowed its unwind with `catch_unwind` and then returned or failed otherwise: a kill
+    // cannot be undone. A request that was never raised here, because the actor was already
+    // unwinding its own panic when it came, finds the actor dying: the panic stays the reason
+    // (as in OTP, the first exit wins).
     let outcome = match crate::runtime::worker::current_cancel_reason() {
-        Some(stop) if outcome.as_ref().err() != Some(&stop) => {
+        Some((stop, raised)) if outcome.as_ref().err() != Some(&stop) && (raised || outcome.is_ok()) => {
             drop(outcome);
             Err(stop)
         }

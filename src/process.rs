@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::runtime::{current_shared, Shared};
-use crate::slot_state::{Pid, CANCEL_EXIT, CANCEL_KILL};
+use crate::slot_state::{Pid, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE};
 use crate::sync::raw_mutex::{Rank, RawMutex};
 
 /// Why an actor ended, as reported by [`JoinHandle::join`](crate::JoinHandle::join) and by
@@ -459,8 +459,13 @@ pub fn exit(pid: Pid, reason: DownReason) {
             own_sink(sh, me).push_signal(Signal::Exit(Exit { from: me, reason }));
             return;
         }
-        crate::runtime::worker::mark_current_unwinding();
-        std::panic::resume_unwind(Box::new(Cancelled(reason)));
+        // A stop request like any exit signal's (the first one decides the reason), raised
+        // at once: a `catch_unwind` cannot swallow it for good, the next runtime call raises
+        // it again. (An actor already unwinding, e.g. calling this from a destructor during
+        // a panic, is not unwound twice: the call returns and the panic stays its reason.)
+        stop(sh, me, CANCEL_EXIT, Some(reason));
+        crate::runtime::worker::check_cancelled_current();
+        return;
     }
     send_exit_signal(sh, me, pid, reason);
 }
@@ -479,6 +484,30 @@ pub(crate) fn stop_with(sh: &Shared, pid: Pid, reason: DownReason) {
     stop(sh, pid, CANCEL_EXIT, Some(reason));
 }
 
+/// Records a stop request for the live actor `pid` (its process slot locked): the first
+/// request decides the exit reason, as in OTP, where the first exit signal kills the
+/// process and later ones reach a dead one; a kill still overrides an earlier request (a
+/// stop that is taking too long is forced: shutdown timeouts).
+fn request_stop(sh: &Shared, slot: &mut ProcSlot, pid: Pid, code: u8, reason: Option<DownReason>) {
+    request_stop_state(sh, slot.state_for(pid.generation()), pid, code, reason);
+}
+
+/// [`request_stop`] on the actor's state (its process slot locked).
+fn request_stop_state(sh: &Shared, st: &mut ProcState, pid: Pid, code: u8, reason: Option<DownReason>) {
+    let cancel = &sh.slab.slot(pid.index()).cancel;
+    // Relaxed: every store of the code happens under the process lock we hold.
+    let cur = cancel.load(Ordering::Relaxed);
+    if cur == CANCEL_NONE {
+        if let Some(r) = reason {
+            st.exit_reason = Some(r);
+        }
+        // Release: the target reads the reason after seeing the code (Acquire).
+        cancel.store(code, Ordering::Release);
+    } else if code == CANCEL_KILL && cur != CANCEL_KILL {
+        cancel.store(CANCEL_KILL, Ordering::Release);
+    }
+}
+
 /// Marks `pid` for stopping and wakes it.
 fn stop(sh: &Shared, pid: Pid, code: u8, reason: Option<DownReason>) {
     let Some(lock) = proc_lock(sh, pid) else { return };
@@ -487,15 +516,7 @@ fn stop(sh: &Shared, pid: Pid, code: u8, reason: Option<DownReason>) {
         if !alive_locked(sh, &slot, pid) {
             return;
         }
-        if let Some(r) = reason {
-            slot.state_for(pid.generation()).exit_reason = Some(r);
-        }
-        let cancel = &sh.slab.slot(pid.index()).cancel;
-        // A kill is never downgraded by a later exit signal.
-        // Release: the target reads the reason after seeing the code (Acquire).
-        if cancel.load(Ordering::Relaxed) != CANCEL_KILL {
-            cancel.store(code, Ordering::Release);
-        }
+        request_stop(sh, &mut slot, pid, code, reason);
     }
     sh.wake(pid);
 }
@@ -594,12 +615,7 @@ fn send_link_exit(sh: &Shared, from: Pid, to: Pid, reason: &DownReason) {
         } else if *reason == DownReason::Normal {
             false
         } else {
-            st.exit_reason = Some(reason.clone());
-            let cancel = &sh.slab.slot(to.index()).cancel;
-            // As in `stop`: a kill is never downgraded; Release publishes the reason.
-            if cancel.load(Ordering::Relaxed) != CANCEL_KILL {
-                cancel.store(CANCEL_EXIT, Ordering::Release);
-            }
+            request_stop_state(sh, st, to, CANCEL_EXIT, Some(reason.clone()));
             true
         }
     };

@@ -17,7 +17,11 @@
 //!   exit_with_custom_reason_kills_a_non_trapping_target_with_that_reason,
 //!   exit_with_shutdown_reason_kills_a_non_trapping_target_with_shutdown,
 //!   exit_signal_to_an_actor_that_has_not_run_yet_kills_it_with_that_reason,
-//!   exit_signal_runs_the_destructors_of_the_target
+//!   exit_signal_runs_the_destructors_of_the_target,
+//!   (OTP, where silent: the first exit decides; later signals reach a dying actor)
+//!   the_first_exit_signal_decides_the_reason_and_only_a_kill_overrides_it,
+//!   a_signal_during_an_actors_own_panic_does_not_change_its_reason,
+//!   exit_to_self_cannot_be_swallowed_by_catch_unwind
 //! - `kill(pid)` cannot be trapped; the target ends with `Killed`; destructors run:
 //!   kill_ends_the_target_with_killed_and_runs_its_destructors,
 //!   kill_cannot_be_trapped,
@@ -291,6 +295,90 @@ fn exit_normal_to_self_ends_a_non_trapping_caller_normally() {
 }
 
 #[test]
+fn the_first_exit_signal_decides_the_reason_and_only_a_kill_overrides_it() {
+    run(|| {
+        for (signals, expected) in [
+            (vec![custom("first"), custom("second")], custom("first")),
+            (vec![DownReason::Shutdown, custom("other")], DownReason::Shutdown),
+            (vec![custom("first"), DownReason::Killed], DownReason::Killed),
+        ] {
+            // A destructor that parks keeps the target dying while the later signals arrive.
+            let (reached_tx, reached_rx) = channel::<()>();
+            let (release_tx, release_rx) = channel::<()>();
+            let (ready_tx, ready_rx) = oneshot::<()>();
+            let h = smarm::spawn(move || {
+                struct Lingers(Sender<()>, smarm::channel::Receiver<()>);
+                impl Drop for Lingers {
+                    fn drop(&mut self) {
+                        let _ = self.0.send(());
+                        let _ = self.1.recv();
+                    }
+                }
+                let _l = Lingers(reached_tx, release_rx);
+                ready_tx.send(()).unwrap();
+                park_forever();
+            });
+            ready_rx.recv().unwrap();
+            let m = smarm::monitor(h.pid());
+            let mut signals = signals.into_iter();
+            smarm::exit(h.pid(), signals.next().unwrap());
+            reached_rx.recv_timeout(GUARD).expect("the first signal did not stop the target");
+            for s in signals {
+                smarm::exit(h.pid(), s);
+            }
+            drop(release_tx);
+            let d = next_down();
+            assert_eq!((d.monitor, d.reason), (m, expected.clone()));
+            assert_eq!(h.join(), Err(expected));
+        }
+    });
+}
+
+#[test]
+fn a_signal_during_an_actors_own_panic_does_not_change_its_reason() {
+    run(|| {
+        let (reached_tx, reached_rx) = channel::<()>();
+        let (release_tx, release_rx) = channel::<()>();
+        let (h, m) = smarm::spawn_monitor(move || -> () {
+            struct Lingers(Sender<()>, smarm::channel::Receiver<()>);
+            impl Drop for Lingers {
+                fn drop(&mut self) {
+                    let _ = self.0.send(());
+                    let _ = self.1.recv();
+                }
+            }
+            let _l = Lingers(reached_tx, release_rx);
+            panic!("boom");
+        });
+        reached_rx.recv_timeout(GUARD).unwrap(); // unwinding its panic, parked in the drop
+        smarm::exit(h.pid(), custom("late"));
+        drop(release_tx);
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, DownReason::Panic("boom".into())));
+    });
+}
+
+#[test]
+fn exit_to_self_cannot_be_swallowed_by_catch_unwind() {
+    run(|| {
+        let kept_running = Arc::new(AtomicBool::new(false));
+        let k = kept_running.clone();
+        let (h, m) = smarm::spawn_monitor(move || {
+            let me = smarm::current_pid();
+            let caught = catch_unwind(|| smarm::exit(me, custom("bye")));
+            assert!(caught.is_err(), "exit(self) returned");
+            // The next runtime call raises it again.
+            smarm::yield_now();
+            k.store(true, Ordering::SeqCst);
+        });
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, custom("bye")));
+        assert_eq!(h.join(), Err(custom("bye")));
+        assert!(!kept_running.load(Ordering::SeqCst), "the actor ran on after exit(self)");
+    });
+}
+
+#[test]
 fn exit_with_custom_reason_kills_a_non_trapping_target_with_that_reason() {
     run(|| {
         let h = spawn_parked();
@@ -534,7 +622,8 @@ fn child_unwinder_found_without_the_hook_then_another_parks_beside_it() {
         assert_eq!(reached_rx.recv().unwrap(), 2);
         smarm::kill(v1.pid());
         c_tx.send(()).unwrap();
-        assert_eq!(v1.join(), Err(DownReason::Killed));
+        // The kill found v1 dying of its own unwind: that stays its reason (the first exit).
+        assert_eq!(v1.join(), Err(DownReason::Panic("v1 leaving".into())));
         // v2's second receiver has no sender: one message ends its drop.
         b_tx.send(()).unwrap();
         assert!(v2.join().is_err());

@@ -416,6 +416,7 @@ impl Shared {
                 no_preempt: 0,
                 assigned_thread: usize::MAX,
                 unwinding: false,
+                stop_raised: false,
                 exit_override: None,
                 fp: context::FP_DEFAULT,
             };

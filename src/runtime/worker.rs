@@ -1084,15 +1084,18 @@ fn finish_hand_off(w: &Worker, prev: u32, prev_slot: &Slot) {
     }
 }
 
-/// The reason the running actor has been asked to stop, if any (None off an actor).
-pub(crate) fn current_cancel_reason() -> Option<DownReason> {
+/// The reason the running actor has been asked to stop, if any (None off an actor), and
+/// whether that request was raised in it as an unwind (`ActorCell::stop_raised`).
+pub(crate) fn current_cancel_reason() -> Option<(DownReason, bool)> {
     let w = current_worker();
     if w.is_null() {
         return None;
     }
     // SAFETY: this thread's live worker.
     let slot = unsafe { &*w }.current_slot()?;
-    cancel_reason(slot)
+    // SAFETY: the running actor's own control block.
+    let raised = unsafe { (*slot.cell.get()).stop_raised };
+    cancel_reason(slot).map(|r| (r, raised))
 }
 
 /// Unwinds the running actor if it has been asked to stop, unless it is already unwinding.
@@ -1110,7 +1113,10 @@ fn check_cancelled_slow(slot: &Slot) {
     if let Some(reason) = cancel_reason(slot) {
         if !actor_unwinding(slot) {
             // SAFETY: the running actor's own control block.
-            unsafe { (*slot.cell.get()).unwinding = true };
+            unsafe {
+                (*slot.cell.get()).unwinding = true;
+                (*slot.cell.get()).stop_raised = true;
+            }
             std::panic::resume_unwind(Box::new(Cancelled(reason)));
         }
     }
