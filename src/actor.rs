@@ -62,6 +62,9 @@ pub(crate) struct ActorCell {
     /// Only then does the request decide the exit reason over a panic of the actor's own: a
     /// signal that arrives while the actor unwinds its own panic finds it already dying.
     pub(crate) stop_raised: bool,
+    /// Stop requests other than a kill are neither raised in this actor nor decide its exit
+    /// reason (the root, once its body has returned, while it stops the supervision trees).
+    pub(crate) defer_stops: bool,
     /// The root actor: its end starts the runtime's shutdown.
     pub(crate) is_root: bool,
     /// The actor's stack as `Stack::into_raw` parts; `(0, 0)` when none.

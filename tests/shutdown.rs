@@ -9,7 +9,8 @@
 //!   root_return_applies_each_childs_shutdown_spec
 //! - (or shutdown is requested):
 //!   shutdown_request_stops_the_trees_and_run_reports_shutdown,
-//!   root_panic_also_stops_the_supervision_trees
+//!   root_panic_also_stops_the_supervision_trees,
+//!   a_shutdown_request_while_the_root_stops_the_trees_does_not_cut_it_short
 //! - then remaining actors get `Shutdown`:
 //!   remaining_actors_get_shutdown_after_the_trees_are_stopped
 //! - then `Killed` after the runtime's shutdown timeout:
@@ -134,6 +135,30 @@ fn root_return_stops_root_supervisors_in_reverse_start_order() {
         terminates(&log),
         ["terminate:b2:Shutdown", "terminate:b1:Shutdown", "terminate:a2:Shutdown", "terminate:a1:Shutdown"]
     );
+}
+
+#[test]
+fn a_shutdown_request_while_the_root_stops_the_trees_does_not_cut_it_short() {
+    let _g = shared();
+    let log = new_log();
+    let l = log.clone();
+    let r = rt().run(move || {
+        // When b's terminate runs (the root is stopping the second tree), another actor asks
+        // for a shutdown: the first tree must still be stopped, and the root's value kept.
+        let (asked_tx, asked_rx) = channel::<()>();
+        smarm::spawn(move || {
+            if asked_rx.recv().is_ok() {
+                smarm::shutdown();
+            }
+        });
+        let a = worker_with(&l, "a", 20 * MS, Vec::new());
+        let b = worker_with(&l, "b", 20 * MS, vec![asked_tx]);
+        supervisor::start_link(SupFlags::new(Strategy::OneForOne), vec![a]).unwrap();
+        supervisor::start_link(SupFlags::new(Strategy::OneForOne), vec![b]).unwrap();
+        "root done"
+    });
+    assert_eq!(r.unwrap(), "root done");
+    assert_eq!(terminates(&log), ["terminate:b:Shutdown", "terminate:a:Shutdown"]);
 }
 
 #[test]

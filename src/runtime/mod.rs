@@ -239,6 +239,9 @@ impl Runtime {
             struct StopTrees;
             impl Drop for StopTrees {
                 fn drop(&mut self) {
+                    // A further shutdown request (or exit signal) must not cut the stop of
+                    // the trees short; a kill still does.
+                    worker::defer_stops();
                     crate::supervisor::stop_root_supervisors();
                 }
             }
@@ -417,6 +420,7 @@ impl Shared {
                 assigned_thread: usize::MAX,
                 unwinding: false,
                 stop_raised: false,
+                defer_stops: false,
                 exit_override: None,
                 fp: context::FP_DEFAULT,
             };
@@ -678,7 +682,17 @@ impl Diagnostics {
 pub(crate) fn register_root_supervisor(s: crate::supervisor::SupervisorRef) {
     if let Some((sh, _)) = worker::current_actor_pid() {
         // SAFETY: the runtime outlives its running actor.
-        unsafe { &*sh }.root_sups.lock().push(s);
+        let sh = unsafe { &*sh };
+        let mut sups = sh.root_sups.lock();
+        // Supervisors that ended (stopped, or started and stopped by a worker) leave their
+        // entries: drop those before the list would grow, then keep it at most half full, so
+        // the pruning is amortised O(1) per supervisor started.
+        if sups.len() == sups.capacity() && sups.len() >= 8 {
+            sups.retain(|r| sh.slab.live_pid(r.pid().index()) == Some(r.pid()));
+            let len = sups.len();
+            sups.reserve(len);
+        }
+        sups.push(s);
     }
 }
 

@@ -1084,8 +1084,9 @@ fn finish_hand_off(w: &Worker, prev: u32, prev_slot: &Slot) {
     }
 }
 
-/// The reason the running actor has been asked to stop, if any (None off an actor), and
-/// whether that request was raised in it as an unwind (`ActorCell::stop_raised`).
+/// The reason the running actor has been asked to stop, if any (None off an actor, and for
+/// a request the actor defers, see `defer_stops`), and whether that request was raised in it
+/// as an unwind (`ActorCell::stop_raised`).
 pub(crate) fn current_cancel_reason() -> Option<(DownReason, bool)> {
     let w = current_worker();
     if w.is_null() {
@@ -1094,8 +1095,29 @@ pub(crate) fn current_cancel_reason() -> Option<(DownReason, bool)> {
     // SAFETY: this thread's live worker.
     let slot = unsafe { &*w }.current_slot()?;
     // SAFETY: the running actor's own control block.
-    let raised = unsafe { (*slot.cell.get()).stop_raised };
-    cancel_reason(slot).map(|r| (r, raised))
+    let (raised, deferred) = unsafe { ((*slot.cell.get()).stop_raised, (*slot.cell.get()).defer_stops) };
+    cancel_reason(slot).filter(|r| !deferred || *r == DownReason::Killed).map(|r| (r, raised))
+}
+
+/// From now on the running actor neither raises nor ends with a stop request other than a
+/// kill (`ActorCell::defer_stops`): the root, whose body has returned, while it stops the
+/// supervision trees. A request already pending still decides its exit reason (it came
+/// first), without cutting the stop of the trees short.
+pub(crate) fn defer_stops() {
+    let w = current_worker();
+    if w.is_null() {
+        return;
+    }
+    // SAFETY: this thread's live worker.
+    let Some(slot) = (unsafe { &*w }).current_slot() else { return };
+    if let Some(reason) = cancel_reason(slot) {
+        if reason != DownReason::Killed {
+            // SAFETY: the running actor's own control block.
+            unsafe { (*slot.cell.get()).exit_override = Some(Box::new(reason)) };
+        }
+    }
+    // SAFETY: the running actor's own control block.
+    unsafe { (*slot.cell.get()).defer_stops = true };
 }
 
 /// Unwinds the running actor if it has been asked to stop, unless it is already unwinding.
@@ -1111,6 +1133,10 @@ fn check_cancelled(slot: &Slot) {
 #[inline(never)]
 fn check_cancelled_slow(slot: &Slot) {
     if let Some(reason) = cancel_reason(slot) {
+        // SAFETY: the running actor's own control block.
+        if unsafe { (*slot.cell.get()).defer_stops } && reason != DownReason::Killed {
+            return;
+        }
         if !actor_unwinding(slot) {
             // SAFETY: the running actor's own control block.
             unsafe {

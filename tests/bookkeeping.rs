@@ -1,6 +1,8 @@
-//! Timers aimed at a long-lived actor leave no bookkeeping behind once they fire: an actor
-//! that lives on with a periodic `send_after_addr` keeps a bounded amount of heap. A counting
-//! global allocator measures live heap bytes between batches of fired timers.
+//! Long-lived actors keep a bounded amount of heap: timers aimed at an actor leave no
+//! bookkeeping behind once they fire (an actor that lives on with a periodic
+//! `send_after_addr`), and neither do supervisors a worker starts and stops (each is recorded
+//! as a root supervisor of the runtime). A counting global allocator measures live heap
+//! bytes between batches.
 //!
 //! This file holds a single test so that no other test's allocations disturb the count.
 
@@ -8,6 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
+use smarm::supervisor::{self, Strategy, SupFlags};
 use smarm::{Envelope, Mailbox, Runtime};
 
 struct Counting;
@@ -36,6 +39,34 @@ const BATCH: u32 = 1_000;
 const BATCHES: u32 = 20;
 
 #[test]
+fn long_lived_actors_leave_no_bookkeeping_behind() {
+    fired_timers_aimed_at_a_live_actor_leave_no_bookkeeping();
+    supervisors_started_and_stopped_by_a_worker_leave_no_bookkeeping();
+}
+
+fn supervisors_started_and_stopped_by_a_worker_leave_no_bookkeeping() {
+    let rt = Runtime::builder().threads(1).build().unwrap();
+    rt.run(|| {
+        let mut live = Vec::new();
+        for _ in 0..BATCHES {
+            for _ in 0..BATCH {
+                let s = supervisor::start_link(SupFlags::new(Strategy::OneForOne), vec![]).unwrap();
+                s.stop();
+            }
+            live.push(LIVE.load(Ordering::Relaxed));
+        }
+        // An entry kept per supervisor (its handle holds the supervisor's mailbox) would add
+        // ~300 bytes each: ~5 MB over the 18,000 after the first two batches.
+        let growth = live[BATCHES as usize - 1] - live[1];
+        assert!(
+            growth < 32 * 1024,
+            "live heap grew by {growth} bytes over {} supervisors: {live:?}",
+            (BATCHES - 2) * BATCH
+        );
+    })
+    .unwrap();
+}
+
 fn fired_timers_aimed_at_a_live_actor_leave_no_bookkeeping() {
     let rt = Runtime::builder().threads(1).build().unwrap();
     rt.run(|| {
