@@ -350,7 +350,7 @@ pub(crate) fn call_with<R: Send>(
     let wait = ReplyWait::new(slot);
     let from = From { tx: std::cell::Cell::new(Some(Reply::Frame(wait.sender(shared, me)))), caller: Some(me) };
     if !send(from) {
-        return Err(CallError::NoProc);
+        return Err(no_proc());
     }
     match wait.wait(&mut limit) {
         Ok(r) => Ok(r),
@@ -370,13 +370,22 @@ fn call_by_oneshot<R: Send>(
 ) -> Result<R, CallError> {
     let (tx, mut rx) = oneshot();
     if !send(From { tx: std::cell::Cell::new(Some(Reply::Channel(tx))), caller }) {
-        return Err(CallError::NoProc);
+        return Err(no_proc());
     }
     match rx.recv_within(&mut limit) {
         Ok(r) => Ok(r),
         Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
         Err(RecvTimeoutError::Disconnected) => Err(server_gone(limit, exit)),
     }
+}
+
+/// `NoProc`, after a preemption check: a call that fails at once does not block, so a loop
+/// retrying it (waiting for a restarted server to register, say) would otherwise never give
+/// the thread to the actors it waits for.
+#[cold]
+fn no_proc() -> CallError {
+    crate::maybe_preempt();
+    CallError::NoProc
 }
 
 /// The server dropped a call's `From`: `Down` with its exit reason once its exit cell is
@@ -622,7 +631,7 @@ impl<S: GenServer> ServerRef<S> {
 /// `S` runs under that name. Looks the name up on every call; keep a [`ServerRef`] (from
 /// [`named`]) on hot paths.
 pub fn call_named<S: GenServer>(name: &str, request: S::Call) -> Result<S::Reply, CallError> {
-    named::<S>(name).ok_or(CallError::NoProc)?.call(request)
+    named::<S>(name).ok_or_else(no_proc)?.call(request)
 }
 
 /// A [`ServerRef`] for the server of type `S` registered under `name`, if one runs.

@@ -314,7 +314,12 @@ impl<M> Eq for Addr<M> {}
 impl<M: Send + 'static> Addr<M> {
     /// Sends `msg` (dropped silently if the actor has ended).
     pub fn send(&self, msg: M) {
-        let _ = self.inner.push(Envelope::Msg(msg));
+        if let Err(e) = self.inner.push(Envelope::Msg(msg)) {
+            drop(e);
+            // A send that finds the actor gone never blocks: a loop of them would keep the
+            // thread from the actors it may be waiting for (as `call`'s `NoProc`).
+            crate::maybe_preempt();
+        }
     }
 
     /// Sends `msg`, handing it back if the actor has ended.

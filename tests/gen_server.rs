@@ -23,6 +23,8 @@
 //! - `call` default timeout 5 s:
 //!   call_default_timeout_is_five_seconds
 //! - `call` errors `NoProc` for a dead pid or unknown name, without waiting:
+//!   (and without keeping the thread: a_loop_of_calls_failing_with_noproc_lets_the_restart_run,
+//!   a_loop_of_sends_to_a_dead_actor_lets_other_actors_run)
 //!   call_to_a_stopped_server_is_noproc, call_to_a_killed_server_is_noproc,
 //!   call_named_with_an_unknown_name_is_noproc, call_named_with_a_server_of_another_type_is_noproc
 //! - `Down(reason)` if the server dies during the call:
@@ -535,6 +537,53 @@ fn call_default_timeout_is_five_seconds() {
         // The late reply is discarded; the server still serves.
         assert_eq!(s.call(Call::Echo(5)), Ok(5));
     });
+}
+
+#[test]
+fn a_loop_of_calls_failing_with_noproc_lets_the_restart_run() {
+    // One scheduler thread: a client that retries `call_named` until the restarted server
+    // answers gets nowhere unless a failing call gives the thread up now and then.
+    let rt = Runtime::builder().threads(1).quiet_panics(true).build().unwrap();
+    let attempts = rt
+        .run(|| {
+            let spec = ChildSpec::worker("s", || {
+                gen_server::start_opts(Srv::new(&new_log()), StartOpts { link: true, ..named("restarting") })
+                    .map(|s| s.pid())
+                    .map_err(|e| DownReason::Custom(e.to_string()))
+            });
+            let _sup = supervisor::start_link(SupFlags::new(Strategy::OneForOne), vec![spec]).unwrap();
+            let s = gen_server::named::<Srv>("restarting").unwrap();
+            let m = smarm::monitor(s.pid());
+            assert!(s.call(Call::Panic("crash")).is_err());
+            // Gone (and unregistered) before its Down is delivered.
+            while !matches!(smarm::recv_signal(), Signal::Down(d) if d.monitor == m) {}
+            (1..=5_000_000u32).find(|_| gen_server::call_named::<Srv>("restarting", Call::Echo(1)) == Ok(1))
+        })
+        .unwrap();
+    assert!(attempts.is_some(), "5,000,000 NoProc calls in a row: the supervisor never got to restart the server");
+}
+
+#[test]
+fn a_loop_of_sends_to_a_dead_actor_lets_other_actors_run() {
+    let rt = Runtime::builder().threads(1).build().unwrap();
+    let sends = rt
+        .run(|| {
+            let dead = smarm::spawn_actor(|_mb: smarm::Mailbox<u32>| ());
+            let (h, _) = smarm::spawn_monitor(|| ());
+            let _ = h.join();
+            while dead.is_alive() {
+                smarm::yield_now();
+            }
+            let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let f = flag.clone();
+            smarm::spawn(move || f.store(true, std::sync::atomic::Ordering::SeqCst));
+            (1..=5_000_000u32).find(|i| {
+                dead.send(*i);
+                flag.load(std::sync::atomic::Ordering::SeqCst)
+            })
+        })
+        .unwrap();
+    assert!(sends.is_some(), "5,000,000 sends to a dead actor in a row kept the other actor from running");
 }
 
 #[test]
