@@ -6,31 +6,46 @@
 //! must return the pid of a child linked to the caller (`spawn_link`,
 //! `gen_server::start_link`, or a nested [`start_link`]).
 //!
+//! A start function that panics fails like one that returns `Err`, with the panic as the
+//! reason (smarm's own stop unwinds, kill and exit signals, are not caught: they go on).
+//!
 //! When a child ends with reason R:
 //! - restart decision: `Permanent` always; `Transient` unless R is `Normal` or `Shutdown`;
 //!   `Temporary` never (the child is forgotten);
 //! - intensity: more than `intensity` restarts within `period` makes the supervisor shut
-//!   all children down and exit with `Shutdown` (its own supervisor then decides);
+//!   all children down and exit with `Shutdown` (its own supervisor then decides). `period`
+//!   must not be zero ([`SupStartError::ZeroPeriod`]);
 //! - strategy: `OneForOne` restarts the child; `OneForAll` stops every other child (reverse
 //!   start order) and restarts all in start order; `RestForOne` does that for the children
-//!   started after it; `SimpleOneForOne` restarts that dynamic instance.
+//!   started after it; `SimpleOneForOne` restarts that dynamic instance. `Temporary`
+//!   children stopped with the group are forgotten, not restarted.
+//!
+//! A restart whose start function fails (OTP's `try_again_restart`): the child is marked as
+//! restarting (no pid; the children of its group not started yet stay down) and the
+//! supervisor sends itself a message to try again, so the requests and exit signals already
+//! queued are handled first. Each attempt is a restart: it counts toward the intensity,
+//! which is what ends a start function that keeps failing. A dynamic child is retried the
+//! same way.
 //!
 //! Shutting a child down follows its [`Shutdown`] spec: `BrutalKill` kills it;
 //! `Timeout(d)` sends an exit signal `Shutdown` and kills it if it has not ended within `d`;
-//! `Infinity` waits for it. Children are stopped in reverse start order.
+//! `Infinity` waits for it. Children are stopped in reverse start order. As in OTP's
+//! `shutdown/2`, the child is monitored for the wait (a child that unlinked itself sends no
+//! exit signal, but its Down comes), then unlinked, and an exit signal it sent is dropped.
 //!
 //! A supervisor started by a non-supervisor actor is a *root* supervisor: when the runtime's
 //! root actor returns (or [`crate::shutdown`] is called), root supervisors are stopped in
 //! reverse start order, each stopping its tree, before the remaining actors are shut down.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::channel::{oneshot, OneshotSender};
 use crate::mailbox::{Addr, Envelope, Mailbox};
-use crate::process::{DownReason, Exit};
+use crate::process::{reason_from_payload, Cancelled, DownReason, Exit, MonitorRef};
 use crate::slot_state::Pid;
 
 /// When a child is restarted.
@@ -152,7 +167,7 @@ pub struct SupFlags {
     pub strategy: Strategy,
     /// Maximum restarts within `period` (default 3).
     pub intensity: u32,
-    /// Window for `intensity` (default 5 s).
+    /// Window for `intensity` (default 5 s). Must not be zero.
     pub period: Duration,
 }
 
@@ -170,6 +185,8 @@ pub enum SupMsg {
     TerminateChild(Pid, OneshotSender<bool>),
     WhichChildren(OneshotSender<Vec<(String, Pid)>>),
     Stop(OneshotSender<()>),
+    /// Retry the failed restart of the child with this key (sent to itself).
+    TryAgain(u64),
 }
 
 /// Stops the calling runtime's root supervisors in reverse start order (each stops its tree).
@@ -188,6 +205,10 @@ pub struct SupervisorRef {
 struct Child {
     spec: ChildSpec,
     pid: Option<Pid>,
+    /// Identifies the child for a `TryAgain` (indices shift when children are removed).
+    key: u64,
+    /// A restart failed and a `TryAgain` for it is queued (OTP's `{restarting, _}`).
+    restarting: bool,
 }
 
 struct Sup {
@@ -195,6 +216,7 @@ struct Sup {
     children: Vec<Child>,
     restarts: VecDeque<Instant>,
     mb: Mailbox<SupMsg>,
+    next_key: u64,
 }
 
 /// Why a supervisor did not start.
@@ -209,6 +231,8 @@ pub enum SupStartError {
     },
     /// The supervisor could not be spawned.
     Spawn(String),
+    /// `SupFlags::period` is zero (OTP: `invalid_period`): no restart intensity could hold.
+    ZeroPeriod,
 }
 
 impl fmt::Display for SupStartError {
@@ -216,13 +240,20 @@ impl fmt::Display for SupStartError {
         match self {
             SupStartError::Child { id, reason } => write!(f, "supervisor child {id:?} failed to start: {reason}"),
             SupStartError::Spawn(e) => write!(f, "supervisor could not be spawned: {e}"),
+            SupStartError::ZeroPeriod => f.write_str("supervisor period must be greater than zero"),
         }
     }
 }
 impl std::error::Error for SupStartError {}
 
 /// Starts a supervisor linked to the caller; returns once every child has started.
+///
+/// Fails with [`SupStartError::ZeroPeriod`] for a zero `flags.period` (nothing is spawned),
+/// and with [`SupStartError::Child`] when a child's start function returns `Err` or panics.
 pub fn start_link(flags: SupFlags, children: Vec<ChildSpec>) -> Result<SupervisorRef, SupStartError> {
+    if flags.period.is_zero() {
+        return Err(SupStartError::ZeroPeriod);
+    }
     let parent = crate::current_pid();
     let parent_is_sup = crate::process::ext_of(parent).is_some_and(|e| e.is::<SupMarker>());
     let (ready_tx, ready_rx) = oneshot::<Result<(), SupStartError>>();
@@ -231,15 +262,15 @@ pub fn start_link(flags: SupFlags, children: Vec<ChildSpec>) -> Result<Superviso
         crate::trap_exit(true);
         let _ = crate::link(parent);
         let simple = flags.strategy == Strategy::SimpleOneForOne;
-        let mut sup = Sup { flags, children: Vec::new(), restarts: VecDeque::new(), mb };
+        let mut sup = Sup { flags, children: Vec::new(), restarts: VecDeque::new(), mb, next_key: 0 };
         for spec in children {
             if simple {
                 // The template of dynamic instances: not started here.
-                sup.children.push(Child { spec, pid: None });
+                sup.push_child(spec, None);
                 continue;
             }
-            match (spec.start)() {
-                Ok(pid) => sup.children.push(Child { spec, pid: Some(pid) }),
+            match call_start(&spec) {
+                Ok(pid) => sup.push_child(spec, Some(pid)),
                 Err(reason) => {
                     let id = spec.id.clone();
                     sup.stop_all();
@@ -267,21 +298,61 @@ pub fn start_link(flags: SupFlags, children: Vec<ChildSpec>) -> Result<Superviso
 /// Marks supervisor actors (their process `ext`).
 struct SupMarker;
 
+/// Calls a child's start function (in the supervisor). A panic is a failure with the
+/// panic's reason, as OTP runs start functions under `catch`; smarm's own stop unwind (a
+/// kill, an exit signal, the runtime's shutdown, raised while the function waited) is not
+/// the child's failure but the supervisor's end: it goes on.
+#[inline(never)]
+fn call_start(spec: &ChildSpec) -> Result<Pid, DownReason> {
+    match catch_unwind(AssertUnwindSafe(|| (spec.start)())) {
+        Ok(r) => r,
+        Err(payload) => match payload.downcast::<Cancelled>() {
+            Ok(stop) => {
+                // `resume_unwind` skips the panic hook, which is what marks an actor as
+                // unwinding (as in `gen_server::exit_with`).
+                crate::runtime::worker::mark_current_unwinding();
+                resume_unwind(stop)
+            }
+            Err(payload) => Err(reason_from_payload(payload)),
+        },
+    }
+}
+
+/// Ends the calling supervisor with `reason` (its children already stopped).
+fn exit_self(reason: DownReason) -> ! {
+    crate::runtime::worker::mark_current_unwinding();
+    resume_unwind(Box::new(Cancelled(reason)))
+}
+
 impl Sup {
+    fn push_child(&mut self, spec: ChildSpec, pid: Option<Pid>) {
+        let key = self.next_key;
+        self.next_key += 1;
+        self.children.push(Child { spec, pid, key, restarting: false });
+    }
+
     fn run(&mut self, parent: Pid) {
         loop {
             match self.mb.recv() {
                 Envelope::Exit(Exit { from, reason }) if from == parent => {
                     // Our parent is going away (or asks us to): stop the tree, exit likewise.
                     self.stop_all();
-                    crate::runtime::worker::mark_current_unwinding();
-                    std::panic::resume_unwind(Box::new(crate::process::Cancelled(reason)));
+                    exit_self(reason);
                 }
                 Envelope::Exit(Exit { from, reason }) => {
                     if !self.child_exited(from, reason) {
                         self.stop_all();
-                        crate::runtime::worker::mark_current_unwinding();
-                        std::panic::resume_unwind(Box::new(crate::process::Cancelled(DownReason::Shutdown)));
+                        exit_self(DownReason::Shutdown);
+                    }
+                }
+                Envelope::Msg(SupMsg::TryAgain(key)) => {
+                    // Ignored if the child was restarted (with its group) or removed meanwhile.
+                    let found = self.children.iter().position(|c| c.key == key && c.restarting);
+                    if let Some(i) = found {
+                        if !self.restart(i) {
+                            self.stop_all();
+                            exit_self(DownReason::Shutdown);
+                        }
                     }
                 }
                 Envelope::Down(_) => {}
@@ -319,9 +390,9 @@ impl Sup {
             Some(c) if self.flags.strategy == Strategy::SimpleOneForOne => c.spec.clone(),
             _ => return Err(DownReason::Custom("start_child needs a simple_one_for_one supervisor".into())),
         };
-        let pid = (spec.start)()?;
+        let pid = call_start(&spec)?;
         // The first entry is the template (pid None); instances follow it.
-        self.children.push(Child { spec, pid: Some(pid) });
+        self.push_child(spec, Some(pid));
         Ok(pid)
     }
 
@@ -340,58 +411,108 @@ impl Sup {
             }
             return true;
         }
+        self.restart(i)
+    }
+
+    /// Counts a restart; false if that makes more than `intensity` within `period`.
+    fn add_restart(&mut self) -> bool {
         let now = Instant::now();
         self.restarts.push_back(now);
         while self.restarts.front().is_some_and(|t| now.duration_since(*t) > self.flags.period) {
             self.restarts.pop_front();
         }
-        if self.restarts.len() as u32 > self.flags.intensity {
+        self.restarts.len() as u32 <= self.flags.intensity
+    }
+
+    /// Restarts child `i` (it ended, or its last restart failed) by the strategy, counting
+    /// one restart. Returns false if the restart intensity was exceeded.
+    ///
+    /// The rest of its group is stopped in reverse start order; the `Temporary` children
+    /// among them are forgotten; then the group is started in start order. If a start
+    /// function fails, that child is marked restarting, a `TryAgain` for it is queued (the
+    /// retry restarts its group again, as OTP's `try_again_restart`), and the children
+    /// after it stay down until then.
+    fn restart(&mut self, i: usize) -> bool {
+        if !self.add_restart() {
             return false;
         }
-        let range = match self.flags.strategy {
-            Strategy::OneForOne | Strategy::SimpleOneForOne => i..i + 1,
-            Strategy::OneForAll => 0..self.children.len(),
-            Strategy::RestForOne => i..self.children.len(),
+        let key = self.children[i].key;
+        // For `SimpleOneForOne`, `i` is an instance, never the template (index 0, no pid).
+        let (lo, mut hi) = match self.flags.strategy {
+            Strategy::OneForOne | Strategy::SimpleOneForOne => (i, i + 1),
+            Strategy::OneForAll => (0, self.children.len()),
+            Strategy::RestForOne => (i, self.children.len()),
         };
-        for j in range.clone().rev() {
+        for j in (lo..hi).rev() {
             if j != i {
                 self.stop_child(j);
             }
         }
-        for j in range {
-            if self.children[j].pid.is_none() && !(self.flags.strategy == Strategy::SimpleOneForOne && j == 0) {
-                match (self.children[j].spec.start)() {
-                    Ok(pid) => self.children[j].pid = Some(pid),
-                    Err(_) => return false,
+        let mut j = lo;
+        while j < hi {
+            if self.children[j].spec.restart == Restart::Temporary && self.children[j].key != key {
+                self.children.remove(j);
+                hi -= 1;
+            } else {
+                j += 1;
+            }
+        }
+        for j in lo..hi {
+            let child = &mut self.children[j];
+            match call_start(&child.spec) {
+                Ok(pid) => {
+                    child.pid = Some(pid);
+                    child.restarting = false;
+                }
+                Err(_) => {
+                    child.restarting = true;
+                    let again = SupMsg::TryAgain(child.key);
+                    self.mb.addr().send(again);
+                    return true;
                 }
             }
         }
         true
     }
 
-    /// Stops child `i` per its shutdown spec and waits for its exit.
+    /// Stops child `i` per its shutdown spec and waits for its end (OTP's `shutdown/2`).
+    ///
+    /// The child is monitored, and its Down awaited: a child that unlinked itself from the
+    /// supervisor sends no exit signal. Then the link is removed, and the exit signal of a
+    /// child that was still linked is dropped (once `unlink` returns, it is queued or never
+    /// comes), so that it is not taken for a new exit.
     fn stop_child(&mut self, i: usize) {
         let Some(pid) = self.children[i].pid.take() else { return };
-        let wait = |mb: &Mailbox<SupMsg>, timeout: Option<Duration>| {
-            mb.recv_match(timeout, |e| matches!(e, Envelope::Exit(x) if x.from == pid)).is_some()
-        };
+        let m = crate::monitor(pid);
         match self.children[i].spec.shutdown {
             Shutdown::BrutalKill => {
                 crate::kill(pid);
-                wait(&self.mb, None);
+                self.await_down(m, None);
             }
             Shutdown::Timeout(d) => {
                 crate::exit(pid, DownReason::Shutdown);
-                if !wait(&self.mb, Some(d)) {
+                if !self.await_down(m, Some(d)) {
                     crate::kill(pid);
-                    wait(&self.mb, None);
+                    self.await_down(m, None);
                 }
             }
             Shutdown::Infinity => {
                 crate::exit(pid, DownReason::Shutdown);
-                wait(&self.mb, None);
+                self.await_down(m, None);
             }
         }
+        self.unlink_flush(pid);
+    }
+
+    /// Waits (at most `timeout`, if given) for the Down of monitor `m`; false on timeout.
+    fn await_down(&self, m: MonitorRef, timeout: Option<Duration>) -> bool {
+        self.mb.recv_match(timeout, |e| matches!(e, Envelope::Down(d) if d.monitor == m)).is_some()
+    }
+
+    /// Unlinks the ended child `pid` and drops its queued exit signal, if any.
+    fn unlink_flush(&self, pid: Pid) {
+        crate::unlink(pid);
+        let _ = self.mb.recv_match(Some(Duration::ZERO), |e| matches!(e, Envelope::Exit(x) if x.from == pid));
     }
 
     /// Stops every child in reverse start order; the dynamic children of a
@@ -405,6 +526,8 @@ impl Sup {
         }
         let Some(spec) = self.children.first().map(|c| c.spec.clone()) else { return };
         let pids: Vec<Pid> = self.children.iter_mut().filter_map(|c| c.pid.take()).collect();
+        // Monitored before they are signalled, as in `stop_child`.
+        let mut left: HashSet<MonitorRef> = pids.iter().map(|&pid| crate::monitor(pid)).collect();
         for &pid in &pids {
             match spec.shutdown {
                 Shutdown::BrutalKill => crate::kill(pid),
@@ -415,26 +538,31 @@ impl Sup {
             Shutdown::Timeout(d) => Some(crate::timer::deadline_after(Instant::now(), d)),
             _ => None,
         };
-        let mut left: Vec<Pid> = pids;
+        let mut killed = false;
         while !left.is_empty() {
-            let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let got = self.mb.recv_match(timeout, |e| matches!(e, Envelope::Exit(x) if left.contains(&x.from)));
-            match got {
-                Some(Envelope::Exit(x)) => left.retain(|p| *p != x.from),
+            let timeout = if killed { None } else { deadline.map(|d| d.saturating_duration_since(Instant::now())) };
+            match self.mb.recv_match(timeout, |e| matches!(e, Envelope::Down(d) if left.contains(&d.monitor))) {
+                Some(Envelope::Down(d)) => {
+                    left.remove(&d.monitor);
+                }
                 _ => {
                     // Timed out: kill the rest and wait for them.
-                    for &pid in &left {
-                        crate::kill(pid);
+                    for m in &left {
+                        crate::kill(m.target());
                     }
-                    while !left.is_empty() {
-                        if let Some(Envelope::Exit(x)) =
-                            self.mb.recv_match(None, |e| matches!(e, Envelope::Exit(x) if left.contains(&x.from)))
-                        {
-                            left.retain(|p| *p != x.from);
-                        }
-                    }
+                    killed = true;
                 }
             }
+        }
+        // As `unlink_flush`, for all of them (one pass over the exit signals).
+        for &pid in &pids {
+            crate::unlink(pid);
+        }
+        let mut linked: HashSet<Pid> = pids.into_iter().collect();
+        while let Some(Envelope::Exit(x)) =
+            self.mb.recv_match(Some(Duration::ZERO), |e| matches!(e, Envelope::Exit(x) if linked.contains(&x.from)))
+        {
+            linked.remove(&x.from);
         }
     }
 }

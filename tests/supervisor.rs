@@ -8,6 +8,12 @@
 //!   with the reason:
 //!   failed_child_start_stops_the_started_children_in_reverse_and_fails_the_supervisor,
 //!   failed_gen_server_child_init_fails_the_supervisor
+//! - (OTP) a start function that panics fails like one that returns `Err` (OTP runs it
+//!   under `catch`); smarm's own stop unwinds are not caught:
+//!   panicking_child_start_fails_the_supervisor_like_an_error,
+//!   panicking_dynamic_child_start_fails_only_start_child,
+//!   panicking_restart_is_retried_like_a_failed_one,
+//!   a_kill_while_a_start_function_waits_is_not_taken_for_a_start_failure
 //! - `OneForOne`:
 //!   one_for_one_restarts_only_the_failed_child
 //! - `OneForAll`:
@@ -28,12 +34,24 @@
 //!   transient_child_is_restarted_after_an_abnormal_exit,
 //!   transient_gen_server_child_stopping_with_a_custom_reason_is_restarted
 //! - `Temporary` (never):
-//!   temporary_child_is_never_restarted_and_is_forgotten
+//!   temporary_child_is_never_restarted_and_is_forgotten,
+//!   one_for_all_and_rest_for_one_forget_the_temporary_children_they_stop
+//! - (OTP `try_again_restart`) a restart whose start function fails is retried later, after
+//!   the requests and signals already queued; the whole group again for `OneForAll` and
+//!   `RestForOne`:
+//!   failed_restart_is_retried_and_the_supervisor_lives_on,
+//!   failed_restart_is_retried_after_what_is_already_queued,
+//!   failed_restart_in_a_one_for_all_group_is_retried_with_the_whole_group,
+//!   failed_restart_in_a_rest_for_one_group_is_retried_from_the_failed_child,
+//!   failed_restart_of_a_dynamic_child_is_retried
 //! - more than `intensity` restarts within `period` shuts the supervisor down (children
 //!   first, then itself with `Shutdown`):
 //!   exceeding_the_restart_intensity_stops_the_children_then_the_supervisor_with_shutdown,
 //!   restarts_up_to_the_intensity_are_allowed,
-//!   restarts_older_than_the_period_do_not_count
+//!   restarts_older_than_the_period_do_not_count,
+//!   each_failed_restart_attempt_counts_toward_the_intensity
+//! - (OTP `invalid_period`) a zero period is rejected:
+//!   zero_period_is_rejected
 //! - defaults 3 per 5 s:
 //!   default_intensity_is_three_restarts_in_five_seconds
 //! - shutdown spec `BrutalKill`:
@@ -48,6 +66,10 @@
 //!   nested_supervisor_stops_its_own_tree_first
 //! - dynamic children in parallel:
 //!   dynamic_children_stop_in_parallel
+//! - (OTP `shutdown/2`) a child is monitored while it is stopped, so one that is not linked
+//!   to the supervisor (it unlinked itself) is stopped all the same:
+//!   unlinked_children_are_stopped_per_their_shutdown_spec,
+//!   unlinked_dynamic_children_are_stopped_too
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -221,6 +243,42 @@ impl Harness {
     }
 }
 
+/// How a flaky start function fails.
+#[derive(Clone, Copy)]
+enum Fail {
+    Err,
+    Panic,
+}
+
+impl Harness {
+    /// Like [`Harness::spec`], but the start function fails as `how` on the calls (counted
+    /// from 0, the first start) for which `fails` is true, logging `fail:id`. Also returns
+    /// the number of calls so far.
+    fn flaky_spec(
+        &self,
+        id: &str,
+        kind: Kind,
+        how: Fail,
+        fails: impl Fn(usize) -> bool + Send + Sync + 'static,
+    ) -> (ChildSpec, Arc<AtomicUsize>) {
+        let h = self.clone();
+        let id2 = id.to_string();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let calls2 = calls.clone();
+        let spec = ChildSpec::worker(id, move || {
+            if fails(calls2.fetch_add(1, Ordering::SeqCst)) {
+                push(&h.log, format!("fail:{id2}"));
+                match how {
+                    Fail::Err => return Err(custom("cannot start")),
+                    Fail::Panic => panic!("start of {id2} panicked"),
+                }
+            }
+            Ok(h.start_instance(&id2, kind))
+        });
+        (spec, calls)
+    }
+}
+
 fn next_started(rx: &Receiver<Started>) -> Started {
     rx.recv_timeout(GUARD).expect("no child (re)started within the guard time")
 }
@@ -333,6 +391,81 @@ fn failed_gen_server_child_init_fails_the_supervisor() {
         let r = supervisor::start_link(SupFlags::new(Strategy::OneForAll), specs);
         assert_eq!(r.err(), Some(SupStartError::Child { id: "b".into(), reason: custom("init refused") }));
         assert_eq!(entries(&log), ["init:a", "terminate:a:Shutdown"]);
+    });
+}
+
+#[test]
+fn panicking_child_start_fails_the_supervisor_like_an_error() {
+    run(|| {
+        let log: Log = Arc::new(Mutex::new(Vec::new()));
+        let specs = vec![
+            worker_spec(&log, "a", MS, false),
+            worker_spec(&log, "b", MS, false),
+            ChildSpec::worker("c", || panic!("cannot start")),
+            worker_spec(&log, "d", MS, false),
+        ];
+        let r = supervisor::start_link(SupFlags::new(Strategy::OneForOne), specs);
+        assert_eq!(
+            r.err(),
+            Some(SupStartError::Child { id: "c".into(), reason: DownReason::Panic("cannot start".into()) })
+        );
+        // As for an `Err`: a and b were shut down in reverse order; d never started.
+        assert_eq!(entries(&log), ["init:a", "init:b", "terminate:b:Shutdown", "terminate:a:Shutdown"]);
+    });
+}
+
+#[test]
+fn panicking_dynamic_child_start_fails_only_start_child() {
+    run(|| {
+        let (h, rx) = harness();
+        let (spec, _calls) = h.flaky_spec("w", Kind::Plain, Fail::Panic, |n| n == 1);
+        let sup = supervisor::start_link(flags(Strategy::SimpleOneForOne), vec![spec]).unwrap();
+        let first = sup.start_child().unwrap();
+        assert_eq!(sup.start_child(), Err(DownReason::Panic("start of w panicked".into())));
+        let third = sup.start_child().unwrap();
+        assert_eq!(next_started(&rx).pid, first);
+        assert_eq!(next_started(&rx).pid, third);
+        assert_eq!(sup.which_children(), vec![("w".to_string(), first), ("w".to_string(), third)]);
+    });
+}
+
+#[test]
+fn a_kill_while_a_start_function_waits_is_not_taken_for_a_start_failure() {
+    run(|| {
+        let (pid_tx, pid_rx) = channel::<Pid>();
+        let spec = ChildSpec::worker("w", move || {
+            pid_tx.send(smarm::current_pid()).unwrap();
+            smarm::sleep(Duration::from_secs(3600)); // the kill unwinds the supervisor from here
+            Err(custom("the start function returned"))
+        });
+        let (res_tx, res_rx) = channel();
+        smarm::spawn(move || {
+            smarm::trap_exit(true); // outlives the supervisor it is linked to
+            res_tx.send(supervisor::start_link(SupFlags::new(Strategy::OneForOne), vec![spec])).unwrap();
+        });
+        let sup = pid_rx.recv_timeout(GUARD).unwrap();
+        let m = smarm::monitor(sup);
+        smarm::kill(sup);
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, DownReason::Killed));
+        // Not `Child { id: "w", reason: Killed }`: the kill ended the supervisor, not the start.
+        match res_rx.recv_timeout(GUARD).unwrap() {
+            Err(SupStartError::Spawn(_)) => {}
+            other => panic!("start_link returned {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn zero_period_is_rejected() {
+    run(|| {
+        let (h, rx) = harness();
+        let f = SupFlags { period: Duration::ZERO, ..SupFlags::new(Strategy::OneForOne) };
+        let r = supervisor::start_link(f, vec![h.spec("a", Kind::Plain)]);
+        let e = r.expect_err("a zero period was accepted");
+        assert_eq!(e, SupStartError::ZeroPeriod);
+        assert!(e.to_string().contains("period"), "{e}");
+        assert_none_started(&rx);
     });
 }
 
@@ -481,6 +614,157 @@ fn restarted_child_gets_a_new_pid_and_keeps_its_registered_name() {
 }
 
 // ------------------------------------------------------------------------------------------
+// Failed restarts
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn failed_restart_is_retried_and_the_supervisor_lives_on() {
+    run(|| {
+        let (h, rx) = harness();
+        let (b, calls) = h.flaky_spec("b", Kind::Plain, Fail::Err, |n| n == 1);
+        let specs = vec![h.spec("a", Kind::Plain), b, h.spec("c", Kind::Plain)];
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), specs).unwrap();
+        let mut kids: Vec<Started> = (0..3).map(|_| next_started(&rx)).collect();
+        let before = sup.which_children();
+        assert!(kids.remove(1).end(Cmd::Panic).is_err());
+        let b2 = next_started(&rx);
+        assert_eq!(b2.id, "b");
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(from_mark(&h.log, "down:b"), ["down:b", "fail:b", "start:b"]);
+        assert_eq!(sup.which_children(), [before[0].clone(), ("b".to_string(), b2.pid), before[2].clone()]);
+        assert_none_started(&rx);
+    });
+}
+
+#[test]
+fn panicking_restart_is_retried_like_a_failed_one() {
+    run(|| {
+        let (h, rx) = harness();
+        let (b, calls) = h.flaky_spec("b", Kind::Plain, Fail::Panic, |n| n == 1);
+        let specs = vec![h.spec("a", Kind::Ignore), b];
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), specs).unwrap();
+        let a = next_started(&rx);
+        let b = next_started(&rx);
+        assert!(b.end(Cmd::Panic).is_err());
+        let b2 = next_started(&rx);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(from_mark(&h.log, "down:b"), ["down:b", "fail:b", "start:b"]);
+        assert_eq!(sup.which_children(), [("a".to_string(), a.pid), ("b".to_string(), b2.pid)]);
+    });
+}
+
+#[test]
+fn failed_restart_is_retried_after_what_is_already_queued() {
+    run(|| {
+        smarm::trap_exit(true);
+        let (h, rx) = harness();
+        let (failing_tx, failing_rx) = channel::<()>();
+        let (go_tx, go_rx) = channel::<()>();
+        let go_rx = Mutex::new(Some(go_rx));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (h2, calls2) = (h.clone(), calls.clone());
+        // The first restart fails, once the test has queued an exit signal for the supervisor.
+        let spec = ChildSpec::worker("x", move || {
+            if calls2.fetch_add(1, Ordering::SeqCst) == 1 {
+                failing_tx.send(()).unwrap();
+                let go = go_rx.lock().unwrap().take().unwrap();
+                go.recv().unwrap();
+                return Err(custom("cannot start"));
+            }
+            Ok(h2.start_instance("x", Kind::Plain))
+        });
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), vec![h.spec("a", Kind::Plain), spec]).unwrap();
+        let m = smarm::monitor(sup.pid());
+        let _a = next_started(&rx);
+        let x = next_started(&rx);
+        assert!(x.end(Cmd::Panic).is_err());
+        failing_rx.recv_timeout(GUARD).unwrap();
+        // From the parent: handled (stop the children, exit likewise) before the retry.
+        smarm::exit(sup.pid(), custom("go away"));
+        go_tx.send(()).unwrap();
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, custom("go away")));
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "the restart was tried again first");
+        assert_eq!(from_mark(&h.log, "down:x"), ["down:x", "down:a"]);
+        assert_none_started(&rx);
+    });
+}
+
+#[test]
+fn failed_restart_in_a_one_for_all_group_is_retried_with_the_whole_group() {
+    run(|| {
+        let (h, rx) = harness();
+        let (b, _) = h.flaky_spec("b", Kind::Plain, Fail::Err, |n| n == 1);
+        let specs = vec![h.spec("a", Kind::Plain), b, h.spec("c", Kind::Plain)];
+        let sup = supervisor::start_link(flags(Strategy::OneForAll), specs).unwrap();
+        let a = next_started(&rx);
+        let _others: Vec<Started> = (0..2).map(|_| next_started(&rx)).collect();
+        assert!(a.end(Cmd::Panic).is_err());
+        // a restarted, b failed (c not started), then the retry: the group once more.
+        let new: Vec<Started> = (0..4).map(|_| next_started(&rx)).collect();
+        assert_eq!(new.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["a", "a", "b", "c"]);
+        assert_eq!(
+            entries(&h.log)[3..], // after the first starts
+            ["down:a", "down:c", "down:b", "start:a", "fail:b", "down:a", "start:a", "start:b", "start:c"]
+        );
+        assert_eq!(
+            sup.which_children().into_iter().map(|(_, p)| p).collect::<Vec<_>>(),
+            new[1..].iter().map(|s| s.pid).collect::<Vec<_>>()
+        );
+        assert_none_started(&rx);
+    });
+}
+
+#[test]
+fn failed_restart_in_a_rest_for_one_group_is_retried_from_the_failed_child() {
+    run(|| {
+        let (h, rx) = harness();
+        let (c, _) = h.flaky_spec("c", Kind::Plain, Fail::Err, |n| n == 1);
+        let specs = vec![h.spec("a", Kind::Plain), h.spec("b", Kind::Plain), c, h.spec("d", Kind::Plain)];
+        let sup = supervisor::start_link(flags(Strategy::RestForOne), specs).unwrap();
+        let mut kids: Vec<Started> = (0..4).map(|_| next_started(&rx)).collect();
+        let a = kids[0].pid;
+        assert!(kids.remove(1).end(Cmd::Panic).is_err());
+        let new: Vec<Started> = (0..3).map(|_| next_started(&rx)).collect();
+        assert_eq!(new.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["b", "c", "d"]);
+        // b restarted, c failed (d not started), then the retry: c and the children after it.
+        assert_eq!(
+            from_mark(&h.log, "down:b"),
+            ["down:b", "down:d", "down:c", "start:b", "fail:c", "start:c", "start:d"]
+        );
+        let mut now = vec![a];
+        now.extend(new.iter().map(|s| s.pid));
+        assert_eq!(sup.which_children().into_iter().map(|(_, p)| p).collect::<Vec<_>>(), now);
+        assert_none_started(&rx);
+    });
+}
+
+#[test]
+fn failed_restart_of_a_dynamic_child_is_retried() {
+    run(|| {
+        let (h, rx) = harness();
+        // Calls 0-2 start the three instances; call 3, the restart, fails.
+        let (spec, calls) = h.flaky_spec("w", Kind::Plain, Fail::Err, |n| n == 3);
+        let sup = supervisor::start_link(flags(Strategy::SimpleOneForOne), vec![spec]).unwrap();
+        let mut kids: Vec<Started> = (0..3)
+            .map(|_| {
+                sup.start_child().unwrap();
+                next_started(&rx)
+            })
+            .collect();
+        let (p0, p2) = (kids[0].pid, kids[2].pid);
+        assert!(kids.remove(1).end(Cmd::Panic).is_err());
+        let again = next_started(&rx);
+        assert_eq!(calls.load(Ordering::SeqCst), 5);
+        assert_eq!(from_mark(&h.log, "down:w"), ["down:w", "fail:w", "start:w"]);
+        let now: Vec<Pid> = sup.which_children().into_iter().map(|(_, p)| p).collect();
+        assert_eq!(now.len(), 3);
+        assert!(now.contains(&p0) && now.contains(&p2) && now.contains(&again.pid), "{now:?}");
+        assert_none_started(&rx);
+    });
+}
+
+// ------------------------------------------------------------------------------------------
 // Restart types
 // ------------------------------------------------------------------------------------------
 
@@ -580,6 +864,33 @@ fn temporary_child_is_never_restarted_and_is_forgotten() {
     });
 }
 
+#[test]
+fn one_for_all_and_rest_for_one_forget_the_temporary_children_they_stop() {
+    for strategy in [Strategy::OneForAll, Strategy::RestForOne] {
+        run(move || {
+            let (h, rx) = harness();
+            let specs = vec![
+                h.spec("a", Kind::Plain),
+                h.spec("t", Kind::Plain).restart(Restart::Temporary),
+                h.spec("c", Kind::Plain),
+            ];
+            let sup = supervisor::start_link(flags(strategy), specs).unwrap();
+            let a = next_started(&rx);
+            let _others: Vec<Started> = (0..2).map(|_| next_started(&rx)).collect();
+            assert!(a.end(Cmd::Panic).is_err());
+            let new: Vec<Started> = (0..2).map(|_| next_started(&rx)).collect();
+            assert_eq!(new.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["a", "c"], "{strategy:?}");
+            assert_eq!(
+                from_mark(&h.log, "down:a"),
+                ["down:a", "down:c", "down:t", "start:a", "start:c"],
+                "{strategy:?}"
+            );
+            assert_eq!(ids(&sup), ["a", "c"], "{strategy:?}");
+            assert_none_started(&rx);
+        });
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // Intensity
 // ------------------------------------------------------------------------------------------
@@ -645,6 +956,26 @@ fn restarts_up_to_the_intensity_are_allowed() {
             a = next_started(&rx);
         }
         assert_eq!(sup.which_children(), vec![("a".to_string(), a.pid)]);
+    });
+}
+
+#[test]
+fn each_failed_restart_attempt_counts_toward_the_intensity() {
+    run(|| {
+        smarm::trap_exit(true);
+        let (h, rx) = harness();
+        let f = SupFlags { intensity: 2, period: Duration::from_secs(3600), ..SupFlags::new(Strategy::OneForOne) };
+        let (b, calls) = h.flaky_spec("b", Kind::Plain, Fail::Err, |n| n > 0);
+        let sup = supervisor::start_link(f, vec![h.spec("a", Kind::Plain), b, h.spec("c", Kind::Plain)]).unwrap();
+        let m = smarm::monitor(sup.pid());
+        let mut kids: Vec<Started> = (0..3).map(|_| next_started(&rx)).collect();
+        assert!(kids.remove(1).end(Cmd::Panic).is_err());
+        // Two attempts within the intensity, both failed; the third exceeds it.
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, DownReason::Shutdown));
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(from_mark(&h.log, "down:b"), ["down:b", "fail:b", "fail:b", "down:c", "down:a"]);
+        assert_none_started(&rx);
     });
 }
 
@@ -824,5 +1155,93 @@ fn dynamic_children_stop_in_parallel() {
         release_tx.send(true);
         stopper.join().unwrap();
         assert_eq!(asked.len(), 3, "only {asked:?} were asked to stop while the others ran");
+    });
+}
+
+/// `spec` with a start function that returns its child unlinked from the supervisor (as if
+/// the child had unlinked itself).
+fn unlinked(spec: ChildSpec) -> ChildSpec {
+    let start = spec.start.clone();
+    ChildSpec {
+        start: Arc::new(move || {
+            let pid = start()?;
+            smarm::unlink(pid);
+            Ok(pid)
+        }),
+        ..spec
+    }
+}
+
+/// Runs `f` on `sup` from a helper and returns its result. Fails after the guard time (and
+/// kills the supervisor, so that the runtime's shutdown does not wait for it either).
+fn within_guard<T: Send + 'static>(sup: &SupervisorRef, f: impl FnOnce(&SupervisorRef) -> T + Send + 'static) -> T {
+    let sup2 = sup.clone();
+    let (done_tx, mut done_rx) = smarm::channel::oneshot();
+    smarm::spawn(move || {
+        let _ = done_tx.send(f(&sup2));
+    });
+    match done_rx.recv_timeout(GUARD) {
+        Ok(r) => r,
+        Err(_) => {
+            smarm::kill(sup.pid());
+            panic!("the supervisor did not answer within the guard time");
+        }
+    }
+}
+
+#[test]
+fn unlinked_children_are_stopped_per_their_shutdown_spec() {
+    run(|| {
+        let (h, rx) = harness();
+        let specs = vec![
+            unlinked(h.spec("k", Kind::Ignore).shutdown(Shutdown::BrutalKill)),
+            unlinked(h.spec("t", Kind::Ignore).shutdown(Shutdown::Timeout(20 * MS))),
+            unlinked(h.spec("i", Kind::Slow(MS)).shutdown(Shutdown::Infinity)),
+            unlinked(h.spec("p", Kind::Plain).shutdown(Shutdown::Timeout(Duration::from_secs(5)))),
+            unlinked(h.spec("x", Kind::Plain).shutdown(Shutdown::Timeout(Duration::from_secs(5)))),
+        ];
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), specs).unwrap();
+        let mut kids: Vec<Started> = (0..5).map(|_| next_started(&rx)).collect();
+        // terminate_child too.
+        let x = kids.pop().unwrap();
+        let pid = x.pid;
+        assert!(within_guard(&sup, move |s| s.terminate_child(pid)));
+        assert_eq!(x.handle.join(), Err(DownReason::Shutdown));
+        within_guard(&sup, |s| s.stop());
+        let downs: Vec<String> = entries(&h.log).into_iter().filter(|e| e.starts_with("down:")).collect();
+        assert_eq!(downs, ["down:x", "down:p", "down:i", "down:t", "down:k"]);
+        let ends: Vec<(String, Result<(), DownReason>)> = kids.into_iter().map(|k| (k.id, k.handle.join())).collect();
+        assert_eq!(
+            ends,
+            [
+                ("k".to_string(), Err(DownReason::Killed)),
+                ("t".to_string(), Err(DownReason::Killed)),
+                ("i".to_string(), Ok(())),
+                ("p".to_string(), Err(DownReason::Shutdown)),
+            ]
+        );
+    });
+}
+
+#[test]
+fn unlinked_dynamic_children_are_stopped_too() {
+    run(|| {
+        let (h, rx) = harness();
+        let spec = unlinked(h.spec("w", Kind::Ignore).shutdown(Shutdown::Timeout(20 * MS)));
+        let sup = supervisor::start_link(flags(Strategy::SimpleOneForOne), vec![spec]).unwrap();
+        let mut kids: Vec<Started> = (0..3)
+            .map(|_| {
+                sup.start_child().unwrap();
+                next_started(&rx)
+            })
+            .collect();
+        let first = kids.remove(0);
+        let pid = first.pid;
+        assert!(within_guard(&sup, move |s| s.terminate_child(pid)));
+        assert_eq!(first.handle.join(), Err(DownReason::Killed));
+        within_guard(&sup, |s| s.stop());
+        for k in kids {
+            assert_eq!(k.handle.join(), Err(DownReason::Killed));
+        }
     });
 }
