@@ -294,6 +294,15 @@ fn exit_normal_to_self_ends_a_non_trapping_caller_normally() {
     });
 }
 
+/// Reports when its drop starts, then parks until released (keeps an actor dying).
+struct Lingers(Sender<()>, smarm::channel::Receiver<()>);
+impl Drop for Lingers {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+        let _ = self.1.recv();
+    }
+}
+
 #[test]
 fn the_first_exit_signal_decides_the_reason_and_only_a_kill_overrides_it() {
     run(|| {
@@ -307,13 +316,6 @@ fn the_first_exit_signal_decides_the_reason_and_only_a_kill_overrides_it() {
             let (release_tx, release_rx) = channel::<()>();
             let (ready_tx, ready_rx) = oneshot::<()>();
             let h = smarm::spawn(move || {
-                struct Lingers(Sender<()>, smarm::channel::Receiver<()>);
-                impl Drop for Lingers {
-                    fn drop(&mut self) {
-                        let _ = self.0.send(());
-                        let _ = self.1.recv();
-                    }
-                }
                 let _l = Lingers(reached_tx, release_rx);
                 ready_tx.send(()).unwrap();
                 park_forever();
@@ -340,13 +342,6 @@ fn a_signal_during_an_actors_own_panic_does_not_change_its_reason() {
         let (reached_tx, reached_rx) = channel::<()>();
         let (release_tx, release_rx) = channel::<()>();
         let (h, m) = smarm::spawn_monitor(move || -> () {
-            struct Lingers(Sender<()>, smarm::channel::Receiver<()>);
-            impl Drop for Lingers {
-                fn drop(&mut self) {
-                    let _ = self.0.send(());
-                    let _ = self.1.recv();
-                }
-            }
             let _l = Lingers(reached_tx, release_rx);
             panic!("boom");
         });
