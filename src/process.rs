@@ -484,16 +484,11 @@ pub(crate) fn stop_with(sh: &Shared, pid: Pid, reason: DownReason) {
     stop(sh, pid, CANCEL_EXIT, Some(reason));
 }
 
-/// Records a stop request for the live actor `pid` (its process slot locked): the first
-/// request decides the exit reason, as in OTP, where the first exit signal kills the
-/// process and later ones reach a dead one; a kill still overrides an earlier request (a
-/// stop that is taking too long is forced: shutdown timeouts).
-fn request_stop(sh: &Shared, slot: &mut ProcSlot, pid: Pid, code: u8, reason: Option<DownReason>) {
-    request_stop_state(sh, slot.state_for(pid.generation()), pid, code, reason);
-}
-
-/// [`request_stop`] on the actor's state (its process slot locked).
-fn request_stop_state(sh: &Shared, st: &mut ProcState, pid: Pid, code: u8, reason: Option<DownReason>) {
+/// Records a stop request for the live actor `pid` in its state `st` (its process slot
+/// locked): the first request decides the exit reason, as in OTP, where the first exit
+/// signal kills the process and later ones reach a dead one; a kill still overrides an
+/// earlier request (a stop that is taking too long is forced: shutdown timeouts).
+fn request_stop(sh: &Shared, st: &mut ProcState, pid: Pid, code: u8, reason: Option<DownReason>) {
     let cancel = &sh.slab.slot(pid.index()).cancel;
     // Relaxed: every store of the code happens under the process lock we hold.
     let cur = cancel.load(Ordering::Relaxed);
@@ -516,7 +511,7 @@ fn stop(sh: &Shared, pid: Pid, code: u8, reason: Option<DownReason>) {
         if !alive_locked(sh, &slot, pid) {
             return;
         }
-        request_stop(sh, &mut slot, pid, code, reason);
+        request_stop(sh, slot.state_for(pid.generation()), pid, code, reason);
     }
     sh.wake(pid);
 }
@@ -615,7 +610,7 @@ fn send_link_exit(sh: &Shared, from: Pid, to: Pid, reason: &DownReason) {
         } else if *reason == DownReason::Normal {
             false
         } else {
-            request_stop_state(sh, st, to, CANCEL_EXIT, Some(reason.clone()));
+            request_stop(sh, st, to, CANCEL_EXIT, Some(reason.clone()));
             true
         }
     };
