@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::process::{reason_from_payload, DownReason};
+use crate::exit::{reason_from_payload, DownReason};
 use crate::runtime::Waiter;
 use crate::slot_state::Pid;
 

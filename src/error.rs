@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io;
 
-use crate::DownReason;
+use crate::exit::DownReason;
 
 /// A [`Builder`](crate::Builder) setting that cannot work.
 #[derive(Debug)]

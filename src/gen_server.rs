@@ -297,15 +297,15 @@ pub fn start_link<S: GenServer>(server: S) -> Result<ServerRef<S>, StartError> {
 /// Starts a server with options (name, link).
 pub fn start_opts<S: GenServer>(server: S, opts: StartOpts) -> Result<ServerRef<S>, StartError> {
     if let Some(name) = &opts.name {
-        if let Some(pid) = crate::whereis(name) {
+        if let Some(pid) = crate::process::whereis(name) {
             return Err(StartError::AlreadyStarted(pid));
         }
     }
     let (exit_tx, exit_rx) = watch(None::<DownReason>);
     let (ready_tx, ready_rx) = oneshot::<Result<(), StartError>>();
     let name = opts.name.clone();
-    let parent = if opts.link { crate::try_current_pid() } else { None };
-    let addr = crate::spawn_actor_opts(
+    let parent = if opts.link { crate::task::try_current_pid() } else { None };
+    let addr = crate::task::spawn_actor_opts(
         move |mb: Mailbox<Request<S>>| serve(server, mb, name, parent, exit_tx, ready_tx),
         parent,
     )
@@ -384,7 +384,7 @@ fn call_by_oneshot<R: Send>(
 /// the thread to the actors it waits for.
 #[cold]
 fn no_proc() -> CallError {
-    crate::maybe_preempt();
+    crate::preempt::maybe_preempt();
     CallError::NoProc
 }
 
@@ -475,7 +475,9 @@ fn serve<S: GenServer>(
     crate::process::set_ext(std::sync::Arc::new(exit_tx.subscribe()));
     let cell = ExitCell { tx: exit_tx, reason: None };
     if let Some(n) = &name {
-        if let Err(crate::RegisterError::NameTaken(p)) = crate::register(n.clone(), crate::current_pid()) {
+        if let Err(crate::process::RegisterError::NameTaken(p)) =
+            crate::process::register(n.clone(), crate::task::current_pid())
+        {
             let _ = ready.send(Err(StartError::AlreadyStarted(p)));
             return exit_with(cell, DownReason::Normal);
         }
@@ -483,7 +485,7 @@ fn serve<S: GenServer>(
     // On an init failure the name is released before `start` learns of it.
     let release_name = || {
         if let Some(n) = &name {
-            crate::unregister(n);
+            crate::process::unregister(n);
         }
     };
     let failed = match catch_unwind(AssertUnwindSafe(|| server.init())) {
@@ -501,7 +503,7 @@ fn serve<S: GenServer>(
         // starter also gets the exit signal (as in OTP); a non-trapping one is not killed by
         // it: the link is dropped before exiting.
         if let Some(p) = parent.filter(|p| !crate::process::traps_exits(*p)) {
-            crate::unlink(p);
+            crate::process::unlink(p);
         }
         let _ = ready.send(Err(err));
         return exit_with(cell, reason);
@@ -636,7 +638,7 @@ pub fn call_named<S: GenServer>(name: &str, request: S::Call) -> Result<S::Reply
 
 /// A [`ServerRef`] for the server of type `S` registered under `name`, if one runs.
 pub fn named<S: GenServer>(name: &str) -> Option<ServerRef<S>> {
-    let addr = crate::whereis_addr::<Request<S>>(name).ok()?;
+    let addr = crate::task::whereis_addr::<Request<S>>(name).ok()?;
     let ext = crate::process::ext_of(addr.pid())?;
     let exit = ext.downcast_ref::<WatchReceiver<Option<DownReason>>>()?.clone();
     Some(ServerRef { addr, exit })

@@ -232,15 +232,15 @@ pub fn start<M: GenStatem>(machine: M) -> Result<StatemRef<M>, StartError> {
 /// Starts a machine with options (name, link).
 pub fn start_opts<M: GenStatem>(machine: M, opts: crate::gen_server::StartOpts) -> Result<StatemRef<M>, StartError> {
     if let Some(name) = &opts.name {
-        if let Some(pid) = crate::whereis(name) {
+        if let Some(pid) = crate::process::whereis(name) {
             return Err(StartError::AlreadyStarted(pid));
         }
     }
     let (exit_tx, exit_rx) = watch(None::<DownReason>);
     let (ready_tx, ready_rx) = oneshot::<Result<(), StartError>>();
     let name = opts.name.clone();
-    let parent = if opts.link { crate::try_current_pid() } else { None };
-    let addr = crate::spawn_actor_opts(
+    let parent = if opts.link { crate::task::try_current_pid() } else { None };
+    let addr = crate::task::spawn_actor_opts(
         move |mb: Mailbox<Request<M>>| run(machine, mb, name, parent, exit_tx, ready_tx),
         parent,
     )
@@ -262,7 +262,9 @@ fn run<M: GenStatem>(
 ) {
     let cell = ExitCell { tx: exit_tx, reason: None };
     if let Some(n) = &name {
-        if let Err(crate::RegisterError::NameTaken(p)) = crate::register(n.clone(), crate::current_pid()) {
+        if let Err(crate::process::RegisterError::NameTaken(p)) =
+            crate::process::register(n.clone(), crate::task::current_pid())
+        {
             let _ = ready.send(Err(StartError::AlreadyStarted(p)));
             return exit_with(cell, DownReason::Normal);
         }
@@ -272,13 +274,13 @@ fn run<M: GenStatem>(
         Ok(s) => s,
         Err(r) => {
             if let Some(n) = &name {
-                crate::unregister(n);
+                crate::process::unregister(n);
             }
             // The starter learns of the failure from `start_link`'s return value. A trapping
             // starter also gets the exit signal (as in OTP); a non-trapping one is not killed by
             // it: the link is dropped before exiting.
             if let Some(p) = parent.filter(|p| !crate::process::traps_exits(*p)) {
-                crate::unlink(p);
+                crate::process::unlink(p);
             }
             let _ = ready.send(Err(StartError::Init(r.clone())));
             return exit_with(cell, r);

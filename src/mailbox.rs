@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use crate::channel::{SelectRecv, SelectWaiter, Selectable};
 use crate::hand::{Hand, HandPtr};
 use crate::process::{Down, Exit, Signal, SignalSink};
+use crate::raw_mutex::{Rank, RawMutex};
 use crate::runtime::{WaitLimit, Waiter};
 use crate::slot_state::Pid;
-use crate::sync::raw_mutex::{Rank, RawMutex};
 
 /// What an actor receives: a message, or a signal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -318,7 +318,7 @@ impl<M: Send + 'static> Addr<M> {
             drop(e);
             // A send that finds the actor gone never blocks: a loop of them would keep the
             // thread from the actors it may be waiting for (as `call`'s `NoProc`).
-            crate::maybe_preempt();
+            crate::preempt::maybe_preempt();
         }
     }
 
@@ -349,7 +349,7 @@ impl<M: Send + 'static> Addr<M> {
 pub(crate) enum NoMsg {}
 
 pub(crate) fn new_signal_box() -> Arc<dyn SignalSink> {
-    let pid = crate::try_current_pid().expect("signal box of an actor");
+    let pid = crate::task::try_current_pid().expect("signal box of an actor");
     MailboxInner::<NoMsg>::new(pid)
 }
 

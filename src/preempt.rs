@@ -20,12 +20,7 @@ use crate::runtime::current_worker;
 use crate::slot_state::Slot;
 use core::marker::PhantomData;
 
-/// The time-stamp counter (invariant TSC on the machines smarm targets).
-#[inline(always)]
-pub fn rdtsc() -> u64 {
-    // SAFETY: rdtsc is available on every x86_64 CPU and has no memory effects.
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
+pub use crate::context::rdtsc;
 
 /// Yields if the running actor has used up its timeslice (and holds no [`NoPreempt`]).
 ///

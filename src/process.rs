@@ -39,62 +39,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub use crate::exit::DownReason;
+pub(crate) use crate::exit::{reason_from_payload, Cancelled};
+use crate::raw_mutex::{Rank, RawMutex};
 use crate::runtime::{current_shared, Shared};
 use crate::slot_state::{Pid, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE};
-use crate::sync::raw_mutex::{Rank, RawMutex};
-
-/// Why an actor ended, as reported by [`JoinHandle::join`](crate::JoinHandle::join) and by
-/// monitors and links.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum DownReason {
-    /// The actor's body returned.
-    Normal,
-    /// The actor panicked; the panic message (or `"Box<dyn Any>"` for a non-string payload).
-    Panic(String),
-    /// The actor was killed (`kill`, or a link to a killed actor).
-    Killed,
-    /// The pid did not refer to a live actor.
-    NoProc,
-    /// The runtime (or a supervisor) shut the actor down.
-    Shutdown,
-    /// Any other reason given to [`exit`].
-    Custom(String),
-}
-
-impl fmt::Display for DownReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DownReason::Normal => f.write_str("normal"),
-            DownReason::Panic(msg) => write!(f, "panic: {msg}"),
-            DownReason::Killed => f.write_str("killed"),
-            DownReason::NoProc => f.write_str("noproc"),
-            DownReason::Shutdown => f.write_str("shutdown"),
-            DownReason::Custom(r) => write!(f, "{r}"),
-        }
-    }
-}
-
-impl std::error::Error for DownReason {}
-
-/// The unwind payload smarm uses to stop an actor (shutdown, kill, exit signals). Never shown
-/// to a panic hook (raised with `resume_unwind`); mapped back to a [`DownReason`] at the entry.
-pub(crate) struct Cancelled(pub(crate) DownReason);
-
-/// Maps a caught unwind payload to the actor's exit reason.
-pub(crate) fn reason_from_payload(payload: Box<dyn Any + Send>) -> DownReason {
-    let payload = match payload.downcast::<Cancelled>() {
-        Ok(c) => return c.0,
-        Err(p) => p,
-    };
-    let payload = match payload.downcast::<String>() {
-        Ok(s) => return DownReason::Panic(*s),
-        Err(p) => p,
-    };
-    match payload.downcast::<&'static str>() {
-        Ok(s) => DownReason::Panic((*s).to_string()),
-        Err(_) => DownReason::Panic("Box<dyn Any>".to_string()),
-    }
-}
 
 /// Identifies one monitor (each `monitor` call creates an independent one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

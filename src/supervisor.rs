@@ -254,13 +254,13 @@ pub fn start_link(flags: SupFlags, children: Vec<ChildSpec>) -> Result<Superviso
     if flags.period.is_zero() {
         return Err(SupStartError::ZeroPeriod);
     }
-    let parent = crate::current_pid();
+    let parent = crate::task::current_pid();
     let parent_is_sup = crate::process::ext_of(parent).is_some_and(|e| e.is::<SupMarker>());
     let (ready_tx, ready_rx) = oneshot::<Result<(), SupStartError>>();
-    let addr = crate::try_spawn_actor(move |mb: Mailbox<SupMsg>| {
+    let addr = crate::task::try_spawn_actor(move |mb: Mailbox<SupMsg>| {
         crate::process::set_ext(Arc::new(SupMarker));
-        crate::trap_exit(true);
-        let _ = crate::link(parent);
+        crate::process::trap_exit(true);
+        let _ = crate::process::link(parent);
         let simple = flags.strategy == Strategy::SimpleOneForOne;
         let mut sup = Sup { flags, children: Vec::new(), restarts: VecDeque::new(), mb, next_key: 0 };
         for spec in children {
@@ -483,21 +483,21 @@ impl Sup {
     /// comes), so that it is not taken for a new exit.
     fn stop_child(&mut self, i: usize) {
         let Some(pid) = self.children[i].pid.take() else { return };
-        let m = crate::monitor(pid);
+        let m = crate::process::monitor(pid);
         match self.children[i].spec.shutdown {
             Shutdown::BrutalKill => {
-                crate::kill(pid);
+                crate::process::kill(pid);
                 self.await_down(m, None);
             }
             Shutdown::Timeout(d) => {
-                crate::exit(pid, DownReason::Shutdown);
+                crate::process::exit(pid, DownReason::Shutdown);
                 if !self.await_down(m, Some(d)) {
-                    crate::kill(pid);
+                    crate::process::kill(pid);
                     self.await_down(m, None);
                 }
             }
             Shutdown::Infinity => {
-                crate::exit(pid, DownReason::Shutdown);
+                crate::process::exit(pid, DownReason::Shutdown);
                 self.await_down(m, None);
             }
         }
@@ -511,7 +511,7 @@ impl Sup {
 
     /// Unlinks the ended child `pid` and drops its queued exit signal, if any.
     fn unlink_flush(&self, pid: Pid) {
-        crate::unlink(pid);
+        crate::process::unlink(pid);
         let _ = self.mb.recv_match(Some(Duration::ZERO), |e| matches!(e, Envelope::Exit(x) if x.from == pid));
     }
 
@@ -527,11 +527,11 @@ impl Sup {
         let Some(spec) = self.children.first().map(|c| c.spec.clone()) else { return };
         let pids: Vec<Pid> = self.children.iter_mut().filter_map(|c| c.pid.take()).collect();
         // Monitored before they are signalled, as in `stop_child`.
-        let mut left: HashSet<MonitorRef> = pids.iter().map(|&pid| crate::monitor(pid)).collect();
+        let mut left: HashSet<MonitorRef> = pids.iter().map(|&pid| crate::process::monitor(pid)).collect();
         for &pid in &pids {
             match spec.shutdown {
-                Shutdown::BrutalKill => crate::kill(pid),
-                _ => crate::exit(pid, DownReason::Shutdown),
+                Shutdown::BrutalKill => crate::process::kill(pid),
+                _ => crate::process::exit(pid, DownReason::Shutdown),
             }
         }
         let deadline = match spec.shutdown {
@@ -548,7 +548,7 @@ impl Sup {
                 _ => {
                     // Timed out: kill the rest and wait for them.
                     for m in &left {
-                        crate::kill(m.target());
+                        crate::process::kill(m.target());
                     }
                     killed = true;
                 }
@@ -556,7 +556,7 @@ impl Sup {
         }
         // As `unlink_flush`, for all of them (one pass over the exit signals).
         for &pid in &pids {
-            crate::unlink(pid);
+            crate::process::unlink(pid);
         }
         let mut linked: HashSet<Pid> = pids.into_iter().collect();
         while let Some(Envelope::Exit(x)) =

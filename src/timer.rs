@@ -46,7 +46,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::sync::raw_mutex::{Rank, RawMutex};
+use crate::raw_mutex::{Rank, RawMutex};
 
 /// What a deadline does when it fires.
 pub(crate) enum Action {
@@ -95,7 +95,7 @@ pub(crate) enum LazyEnd {
 /// The wheel entry of an armed lazy timeout.
 pub(crate) struct LazyWake {
     shared: *const crate::runtime::Shared,
-    pid: crate::Pid,
+    pid: crate::slot_state::Pid,
     seq: u64,
 }
 
@@ -351,7 +351,7 @@ impl Timers {
         &self,
         shared: *const crate::runtime::Shared,
         slot: &crate::slot_state::Slot,
-        pid: crate::Pid,
+        pid: crate::slot_state::Pid,
         seq: u64,
         now: Instant,
     ) -> bool {
@@ -581,7 +581,7 @@ pub fn cancel(timer: TimerRef) -> Option<Duration> {
 ///
 /// # Panics
 /// Outside an actor.
-pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::Addr<M>, msg: M) -> TimerRef {
+pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::mailbox::Addr<M>, msg: M) -> TimerRef {
     let deadline = deadline_after(Instant::now(), delay);
     let w = crate::runtime::current_worker();
     assert!(!w.is_null(), "smarm::send_after_addr called outside an actor");

@@ -33,8 +33,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::hand::{Hand, HandPtr};
+use crate::raw_mutex::{Rank, RawMutex};
 use crate::runtime::{park_until, Waiter};
-use crate::sync::raw_mutex::{Rank, RawMutex};
 
 pub use oneshot::{oneshot, OneshotReceiver, OneshotSender};
 pub use select::{__deadline_after, select_ready, SelectRecv, SelectWaiter, Selectable};

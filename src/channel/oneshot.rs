@@ -16,8 +16,8 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use super::{RecvError, RecvTimeoutError, SelectRecv, SelectWaiter, Selectable, TryRecvError};
+use crate::raw_mutex::{Rank, RawGuard, RawMutex};
 use crate::runtime::{WaitLimit, Waiter};
-use crate::sync::raw_mutex::{Rank, RawGuard, RawMutex};
 
 struct State<T> {
     value: Option<T>,

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::RecvError;
+use crate::raw_mutex::{Rank, RawMutex};
 use crate::runtime::{park_until, Waiter};
-use crate::sync::raw_mutex::{Rank, RawMutex};
 
 struct State<T> {
     value: T,

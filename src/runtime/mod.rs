@@ -270,7 +270,7 @@ impl Runtime {
         match handle.try_take() {
             Some(Ok(v)) => Ok(v),
             Some(Err(reason)) => Err(RunError::Root(reason)),
-            None => Err(RunError::Root(crate::DownReason::Shutdown)),
+            None => Err(RunError::Root(crate::exit::DownReason::Shutdown)),
         }
     }
 }
@@ -324,9 +324,9 @@ pub(crate) struct Shared {
     pub(crate) inboxes: Box<[CachePadded<Inbox>]>,
     pub(crate) timers: Timers,
     pub(crate) registry: crate::process::Registry,
-    pub(crate) pg: crate::sync::raw_mutex::RawMutex<crate::pg::PgState>,
+    pub(crate) pg: crate::raw_mutex::RawMutex<crate::pg::PgState>,
     /// Supervisors started by non-supervisors, in start order (stopped in reverse at root exit).
-    root_sups: crate::sync::raw_mutex::RawMutex<Vec<crate::supervisor::SupervisorRef>>,
+    root_sups: crate::raw_mutex::RawMutex<Vec<crate::supervisor::SupervisorRef>>,
     /// The root actor.
     root_pid: std::sync::OnceLock<Pid>,
     pub(crate) stacks: StackPool,
@@ -348,8 +348,8 @@ impl Shared {
             inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
             timers: Timers::new(),
             registry: crate::process::Registry::new(),
-            pg: crate::sync::raw_mutex::RawMutex::new(crate::sync::raw_mutex::Rank::Pg, Default::default()),
-            root_sups: crate::sync::raw_mutex::RawMutex::new(crate::sync::raw_mutex::Rank::Primitive, Vec::new()),
+            pg: crate::raw_mutex::RawMutex::new(crate::raw_mutex::Rank::Pg, Default::default()),
+            root_sups: crate::raw_mutex::RawMutex::new(crate::raw_mutex::Rank::Primitive, Vec::new()),
             root_pid: std::sync::OnceLock::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),
             live: AtomicUsize::new(0),

@@ -64,7 +64,7 @@ use std::time::{Duration, Instant};
 
 use crate::actor::{self, INTENT_DONE, INTENT_PARK, INTENT_YIELD};
 use crate::context::{fp_control_read, fp_control_switch, switch_to_actor, switch_to_scheduler, FpControl};
-use crate::process::{Cancelled, DownReason};
+use crate::exit::{Cancelled, DownReason};
 use crate::slot_state::{Pid, Slot, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::{self, AltStack, Stack, GUARD_BYTES};
 use crate::timer::LazyEnd;
@@ -916,7 +916,7 @@ fn switch_out(w: &Worker, intent: u8) -> (&'static Slot, &'static Worker) {
         slot.pinned.store(pin, Ordering::Relaxed);
     }
     #[cfg(debug_assertions)]
-    crate::sync::raw_mutex::order::assert_none_held();
+    crate::raw_mutex::order::assert_none_held();
     #[cfg(smarm_asan)]
     let mut asan_save = core::ptr::null_mut();
     #[cfg(smarm_asan)]
@@ -1044,7 +1044,7 @@ fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worker)> {
     w.handed_slot.set(slot);
     w.slice_start.set(0);
     #[cfg(debug_assertions)]
-    crate::sync::raw_mutex::order::assert_none_held();
+    crate::raw_mutex::order::assert_none_held();
     // SAFETY: `next` is claimed and its saved sp is a suspended context (or a fresh one just
     // bound); its `sched_sp` is set; `handed_from` names us, and nobody can resume us
     // before `next` has completed our park (we are RUNNING until then).

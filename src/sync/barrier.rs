@@ -2,8 +2,8 @@
 
 use std::fmt;
 
+use crate::raw_mutex::{Rank, RawMutex};
 use crate::runtime::{park_until, Waiter};
-use crate::sync::raw_mutex::{Rank, RawMutex};
 
 struct State {
     arrived: usize,

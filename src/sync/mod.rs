@@ -1,10 +1,9 @@
 //! Synchronisation that parks actors, not threads: [`Mutex`], [`Barrier`], [`WaitGroup`].
 //! All of them also work from plain OS threads (which they block). The internal
-//! `RawMutex` used by the runtime itself lives in `raw_mutex`.
+//! `RawMutex` used by the runtime itself is `crate::raw_mutex` (layer 1).
 
 mod barrier;
 mod mutex;
-pub(crate) mod raw_mutex;
 mod wait_group;
 
 pub use barrier::{Barrier, BarrierWaitResult};

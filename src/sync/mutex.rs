@@ -19,8 +19,8 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use crate::raw_mutex::{Rank, RawMutex};
 use crate::runtime::{park_until, Waiter};
-use crate::sync::raw_mutex::{Rank, RawMutex};
 
 const LOCKED: u8 = 1;
 const WAITERS: u8 = 2;

@@ -3,7 +3,7 @@
 //!
 //! - Fast path: one `swap` to acquire, one Release store to release (a plain `mov` on
 //!   x86): a single locked instruction per critical section.
-//! - Contended: test-and-test-and-set with the `run_queue::Backoff` (spin, then yield the OS
+//! - Contended: test-and-test-and-set with the `backoff::Backoff` (spin, then yield the OS
 //!   thread). Critical sections are a few dozen instructions and never block, so a waiter
 //!   only ever waits for another OS thread to finish one; it never parks an actor or a
 //!   scheduler thread on a futex.
@@ -17,7 +17,7 @@ use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::run_queue::Backoff;
+use crate::backoff::Backoff;
 
 /// Lock ranks: a thread may only acquire a lock of a higher rank than any it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

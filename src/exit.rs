@@ -1,0 +1,61 @@
+//! Exit reasons: why an actor ended ([`DownReason`]), and the unwind payload smarm raises to
+//! stop an actor ([`Cancelled`]).
+//!
+//! Layer 2 (scheduler): the scheduler decides and records exit reasons; the process layer
+//! above reports them to monitors and links.
+
+use std::any::Any;
+use std::fmt;
+
+/// Why an actor ended, as reported by [`JoinHandle::join`](crate::JoinHandle::join) and by
+/// monitors and links.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DownReason {
+    /// The actor's body returned.
+    Normal,
+    /// The actor panicked; the panic message (or `"Box<dyn Any>"` for a non-string payload).
+    Panic(String),
+    /// The actor was killed (`kill`, or a link to a killed actor).
+    Killed,
+    /// The pid did not refer to a live actor.
+    NoProc,
+    /// The runtime (or a supervisor) shut the actor down.
+    Shutdown,
+    /// Any other reason given to [`exit`](crate::process::exit).
+    Custom(String),
+}
+
+impl fmt::Display for DownReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DownReason::Normal => f.write_str("normal"),
+            DownReason::Panic(msg) => write!(f, "panic: {msg}"),
+            DownReason::Killed => f.write_str("killed"),
+            DownReason::NoProc => f.write_str("noproc"),
+            DownReason::Shutdown => f.write_str("shutdown"),
+            DownReason::Custom(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+impl std::error::Error for DownReason {}
+
+/// The unwind payload smarm uses to stop an actor (shutdown, kill, exit signals). Never shown
+/// to a panic hook (raised with `resume_unwind`); mapped back to a [`DownReason`] at the entry.
+pub(crate) struct Cancelled(pub(crate) DownReason);
+
+/// Maps a caught unwind payload to the actor's exit reason.
+pub(crate) fn reason_from_payload(payload: Box<dyn Any + Send>) -> DownReason {
+    let payload = match payload.downcast::<Cancelled>() {
+        Ok(c) => return c.0,
+        Err(p) => p,
+    };
+    let payload = match payload.downcast::<String>() {
+        Ok(s) => return DownReason::Panic(*s),
+        Err(p) => p,
+    };
+    match payload.downcast::<&'static str>() {
+        Ok(s) => DownReason::Panic((*s).to_string()),
+        Err(_) => DownReason::Panic("Box<dyn Any>".to_string()),
+    }
+}
