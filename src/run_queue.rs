@@ -114,6 +114,16 @@ cfg_if::cfg_if! {
     }
 }
 
+/// The scheduler thread that pushes or pops, passed in by the runtime (this layer knows no
+/// scheduler): its index and its scheduling round (`Worker::round`). `None` off the
+/// runtime. Only `rq-striped` uses it (home stripe, fairness rotation); the other backends
+/// ignore it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Caller {
+    pub(crate) thread: usize,
+    pub(crate) round: u32,
+}
+
 use std::collections::VecDeque;
 
 use crate::backoff::Backoff;
@@ -266,6 +276,20 @@ impl MpmcRing {
         }
     }
 
+    /// [`Self::push`]; the caller is ignored (one ring, no home).
+    #[cfg_attr(not(feature = "rq-mpmc"), allow(dead_code))] // the runtime's queue only with rq-mpmc
+    #[inline]
+    pub(crate) fn push_from(&self, value: u32, _caller: Option<Caller>) {
+        self.push(value)
+    }
+
+    /// [`Self::pop`]; the caller is ignored.
+    #[cfg_attr(not(feature = "rq-mpmc"), allow(dead_code))] // the runtime's queue only with rq-mpmc
+    #[inline]
+    pub(crate) fn pop_from(&self, _caller: Option<Caller>) -> Option<u32> {
+        self.pop()
+    }
+
     /// Number of values pushed and not yet popped (claimed positions, published or not).
     /// Exact when quiescent; a snapshot otherwise. Callers that need it to order against
     /// their own stores (the idle protocol) issue a SeqCst fence first.
@@ -319,23 +343,6 @@ impl StripedRing {
         StripedRing { stripes: (0..n).map(|_| MpmcRing::new(capacity)).collect(), mask: n - 1 }
     }
 
-    /// The calling scheduler thread's index and scheduling round, or `None` off the runtime.
-    #[cfg(not(loom))]
-    #[inline]
-    fn thread_hint() -> Option<(usize, u32)> {
-        let w = crate::runtime::current_worker();
-        // SAFETY: non-null, it is this thread's live worker (registered for the duration of
-        // `thread_main`); we read two fields and keep nothing across a context switch
-        // (`push`/`pop` never switch).
-        (!w.is_null()).then(|| unsafe { ((*w).index, (*w).round()) })
-    }
-
-    /// Under loom no scheduler thread exists: the models take the off-runtime paths.
-    #[cfg(loom)]
-    fn thread_hint() -> Option<(usize, u32)> {
-        None
-    }
-
     /// True if `ring`'s next push would find its cell still holding the previous lap's
     /// value, i.e. a consumer is stalled between claiming that cell and releasing it (the
     /// ring cannot be full; see "Capacity" in the module doc). Only a hint: the answer can
@@ -349,9 +356,9 @@ impl StripedRing {
 
     /// Appends `value` to the calling thread's home stripe (off the runtime: the stripe
     /// `value` selects), or to the next stripe that does not look stalled.
-    pub(crate) fn push(&self, value: u32) {
-        let first = match Self::thread_hint() {
-            Some((home, _)) => home,
+    pub(crate) fn push_from(&self, value: u32, caller: Option<Caller>) {
+        let first = match caller {
+            Some(c) => c.thread,
             None => value as usize,
         } & self.mask;
         for i in 0..=self.mask {
@@ -368,10 +375,12 @@ impl StripedRing {
     /// Takes a value from the calling thread's home stripe, else from the first other
     /// stripe that has one (every `FAIRNESS`-th round the probe starts at a rotating
     /// stripe); `None` if every stripe is (or briefly looks) empty.
-    pub(crate) fn pop(&self) -> Option<u32> {
-        let start = match Self::thread_hint() {
-            Some((home, round)) if round % Self::FAIRNESS == 0 => home.wrapping_add((round / Self::FAIRNESS) as usize),
-            Some((home, _)) => home,
+    pub(crate) fn pop_from(&self, caller: Option<Caller>) -> Option<u32> {
+        let start = match caller {
+            Some(Caller { thread, round }) if round % Self::FAIRNESS == 0 => {
+                thread.wrapping_add((round / Self::FAIRNESS) as usize)
+            }
+            Some(c) => c.thread,
             None => 0,
         };
         for i in 0..=self.mask {
@@ -386,6 +395,18 @@ impl StripedRing {
             }
         }
         None
+    }
+
+    /// `push_from` off the runtime (tests and loom models).
+    #[cfg(any(test, loom))]
+    pub(crate) fn push(&self, value: u32) {
+        self.push_from(value, None)
+    }
+
+    /// `pop_from` off the runtime (tests and loom models).
+    #[cfg(any(test, loom))]
+    pub(crate) fn pop(&self) -> Option<u32> {
+        self.pop_from(None)
     }
 
     /// Values pushed and not yet popped, summed over the stripes. A snapshot unless
@@ -442,6 +463,18 @@ impl MutexQueue {
         // the queue state behind it. The idle protocol's Dekker ordering needs no more than
         // the store itself: the pusher's SeqCst fence follows it (after the unlock).
         self.len.store(q.len(), Ordering::Release);
+    }
+
+    /// [`Self::push`]; the caller is ignored.
+    #[inline]
+    pub(crate) fn push_from(&self, value: u32, _caller: Option<Caller>) {
+        self.push(value)
+    }
+
+    /// [`Self::pop`]; the caller is ignored.
+    #[inline]
+    pub(crate) fn pop_from(&self, _caller: Option<Caller>) -> Option<u32> {
+        self.pop()
     }
 
     /// Takes the oldest value, or `None` if the queue is (or briefly looks) empty.
@@ -542,10 +575,10 @@ mod tests {
         ($($t:ty),*) => {$(
             impl Queue for $t {
                 fn push(&self, v: u32) {
-                    <$t>::push(self, v)
+                    <$t>::push_from(self, v, None)
                 }
                 fn pop(&self) -> Option<u32> {
-                    <$t>::pop(self)
+                    <$t>::pop_from(self, None)
                 }
                 fn len(&self) -> usize {
                     <$t>::len(self)

@@ -457,7 +457,7 @@ impl Shared {
                 return;
             }
         }
-        self.run_queue.push(index);
+        self.run_queue.push_from(index, None);
     }
 
     /// After publishing stealable work: fence, then claim and unpark one sleeper.
@@ -508,7 +508,7 @@ impl Shared {
                 return;
             }
         }
-        self.run_queue.push(index);
+        self.run_queue.push_from(index, None);
         self.wake_one();
     }
 

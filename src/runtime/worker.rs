@@ -71,6 +71,7 @@ use crate::timer::LazyEnd;
 
 use super::{Inbox, Shared};
 use crate::local_queue::LocalQueue;
+use crate::run_queue::Caller;
 
 /// `Worker::current` / wake slot value for "none".
 const NONE: u32 = u32::MAX;
@@ -380,6 +381,12 @@ impl Worker {
         self.tick.get()
     }
 
+    /// This thread as a run-queue caller (home stripe and round for `rq-striped`).
+    #[inline]
+    pub(crate) fn caller(&self) -> Option<Caller> {
+        Some(Caller { thread: self.index, round: self.round() })
+    }
+
     /// Places a woken actor in the wake slot; returns the displaced occupant.
     pub(crate) fn put_in_wake_slot(&self, index: u32) -> Option<u32> {
         let old = self.wake_slot.replace(index);
@@ -409,13 +416,13 @@ impl Worker {
         if let Err(index) = local.push(index) {
             for _ in 0..crate::local_queue::CAP / 2 {
                 match local.pop() {
-                    Some(i) => self.shared.run_queue.push(i),
+                    Some(i) => self.shared.run_queue.push_from(i, self.caller()),
                     None => break,
                 }
             }
             if let Err(index) = local.push(index) {
                 // Thieves cannot refill it, so only a CAP of 1 could get here.
-                self.shared.run_queue.push(index);
+                self.shared.run_queue.push_from(index, self.caller());
             }
         }
     }
@@ -448,9 +455,9 @@ impl Worker {
         // Fairness between the queues: now and then the shared queue goes first, so work
         // queued from outside is not starved by a thread that keeps refilling its own.
         let found = if tick % GLOBAL_FIRST_INTERVAL == 0 {
-            sh.run_queue.pop().or_else(|| self.rebalance()).or_else(|| local.pop())
+            sh.run_queue.pop_from(self.caller()).or_else(|| self.rebalance()).or_else(|| local.pop())
         } else {
-            local.pop().or_else(|| sh.run_queue.pop())
+            local.pop().or_else(|| sh.run_queue.pop_from(self.caller()))
         };
         if let Some(i) = found {
             if !local.is_empty() || !sh.run_queue.is_empty() {
@@ -582,7 +589,7 @@ impl Worker {
                         // Older work waits in the shared queue (spawns and wakes from
                         // outside, a local queue's overflow): queue behind it, so a busy
                         // yielder (or a preempted spawner) cannot keep overtaking it.
-                        sh.run_queue.push(index);
+                        sh.run_queue.push_from(index, self.caller());
                     }
                     return;
                 }
