@@ -105,6 +105,8 @@ mod task;
 #[cfg(not(loom))]
 pub mod timer;
 #[cfg(not(loom))]
+mod wheel;
+#[cfg(not(loom))]
 mod zeroed;
 
 #[cfg(not(loom))]

@@ -118,7 +118,7 @@ pub(crate) struct ProcState {
     /// Reason for a pending `CANCEL_EXIT`.
     exit_reason: Option<DownReason>,
     /// Timers aimed at this actor, cancelled when it exits.
-    pub(crate) timers: Vec<crate::timer::TimerKey>,
+    pub(crate) timers: Vec<crate::wheel::TimerKey>,
     /// Behaviour data found by pid (a gen_server's exit cell, for `gen_server::named`).
     ext: Option<Arc<dyn Any + Send + Sync>>,
     /// `pg` groups joined (one entry per join), removed on exit.
@@ -569,7 +569,7 @@ fn send_link_exit(sh: &Shared, from: Pid, to: Pid, reason: &DownReason) {
 }
 
 /// Registers a timer aimed at `pid`, cancelled when it exits. Returns false if `pid` is dead.
-pub(crate) fn track_timer(sh: &Shared, pid: Pid, key: crate::timer::TimerKey) -> bool {
+pub(crate) fn track_timer(sh: &Shared, pid: Pid, key: crate::wheel::TimerKey) -> bool {
     let Some(lock) = proc_lock(sh, pid) else { return false };
     let mut slot = lock.lock();
     if !alive_locked(sh, &slot, pid) {

@@ -127,13 +127,12 @@ pub(crate) struct Slot {
     /// Process state (links, monitors, name); see `process`. All-zero is valid: unlocked,
     /// rank `Process`, nothing allocated.
     pub(crate) proc: crate::process::ProcLock,
-    /// The actor's lazily armed park timeout: `seq << 2 | LAZY_*` (see "Lazy timeouts" in
-    /// `timer`). `seq` only grows over the slot's life, so a stale request never matches.
+    /// The actor's lazily armed park timeout: `seq << 2 | LAZY_*` (see `runtime::lazy`). `seq` only grows over the slot's life, so a stale request never matches.
     pub(crate) lazy: AtomicU64,
     /// The timeout (ns) of the pending request; published by the Release store of `lazy`.
     pub(crate) lazy_timeout: AtomicU64,
     /// The wheel key of an ARMED request. Accessed only under the runtime's timer lock.
-    pub(crate) lazy_key: core::cell::UnsafeCell<crate::timer::TimerKey>,
+    pub(crate) lazy_key: core::cell::UnsafeCell<crate::wheel::TimerKey>,
     /// The reply word of the actor's current `call`: `seq << 3 | state` (see `reply`).
     pub(crate) reply: AtomicU64,
 }

@@ -32,6 +32,7 @@
 //! for it. That is the documented limit of cooperative scheduling.
 
 pub(crate) mod idle;
+pub(crate) mod lazy;
 mod park;
 pub(crate) mod worker;
 pub(crate) use worker::yield_now as worker_yield;
@@ -50,7 +51,7 @@ use crate::loom_shim::CachePadded;
 use crate::run_queue::RunQueue;
 use crate::slot_state::{Pid, Slab, Slot, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::StackPool;
-use crate::timer::Timers;
+use crate::wheel::Timers;
 use idle::Idle;
 pub(crate) use worker::{
     alloc_block, current_actor_pid as current_shared, current_actor_slot, current_worker, free_block, park_current,
@@ -534,8 +535,8 @@ impl Shared {
         // Whoever has not ended within the shutdown timeout is killed. The timer holds a Weak:
         // it must not keep the runtime alive, and it dies with the runtime's timer wheel.
         let rt = Arc::downgrade(self);
-        let deadline = crate::timer::deadline_after(std::time::Instant::now(), self.config.shutdown_timeout);
-        let kill = crate::timer::Action::Run(Box::new(move || {
+        let deadline = crate::wheel::deadline_after(std::time::Instant::now(), self.config.shutdown_timeout);
+        let kill = crate::wheel::Action::Run(Box::new(move || {
             if let Some(sh) = rt.upgrade() {
                 sh.stop_all(CANCEL_KILL);
             }
@@ -561,6 +562,20 @@ impl Shared {
                 self.wake(pid);
             }
         }
+    }
+
+    /// Fires the timers due at `now` (lazy timeouts under the wheel's lock, then the due
+    /// closures). Returns how many fired.
+    pub(crate) fn fire_due(&self, now: std::time::Instant) -> usize {
+        let mut run = Vec::new();
+        let fired = self.timers.fire_due(now, |t| lazy::fire(self, t), &mut run);
+        // Closures (channel sends) take primitive locks, which rank below the timer lock.
+        for f in run {
+            // A panicking Drop of a message whose receiver is gone must not take the
+            // scheduler thread down.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        }
+        fired
     }
 
     fn finish(&self) {

@@ -65,9 +65,9 @@ use std::time::{Duration, Instant};
 use crate::actor::{self, INTENT_DONE, INTENT_PARK, INTENT_YIELD};
 use crate::context::{fp_control_read, fp_control_switch, switch_to_actor, switch_to_scheduler, FpControl};
 use crate::exit::{Cancelled, DownReason};
+use crate::runtime::lazy::{self, LazyEnd};
 use crate::slot_state::{Pid, Slot, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::{self, AltStack, Stack, GUARD_BYTES};
-use crate::timer::LazyEnd;
 
 use super::{Inbox, Shared};
 use crate::local_queue::LocalQueue;
@@ -432,7 +432,7 @@ impl Worker {
         let tick = self.tick.get().wrapping_add(1);
         self.tick.set(tick);
         if tick % 64 == 0 && !sh.timers.is_empty() {
-            sh.timers.fire_due(Instant::now());
+            sh.fire_due(Instant::now());
         }
         self.arm_timeouts(false);
         if !self.inbox_yielded.replace(false) {
@@ -691,13 +691,13 @@ impl Worker {
         let sh = &*self.shared;
         let slot = sh.slab.slot(p.index);
         // Acquire: pairs with the Release store of PENDING (makes `lazy_timeout` visible).
-        if slot.lazy.load(Ordering::Acquire) != crate::timer::lazy_word(p.seq, crate::timer::LAZY_PENDING) {
+        if slot.lazy.load(Ordering::Acquire) != lazy::lazy_word(p.seq, lazy::LAZY_PENDING) {
             return false;
         }
         // Woken already (QUEUED or running again): it disarms itself when it resumes.
         let Some(pid) = sh.slab.parked_pid(p.index) else { return false };
         let now = *now.get_or_insert_with(Instant::now);
-        sh.timers.arm_lazy(self.shared_ptr(), slot, pid, p.seq, now)
+        lazy::arm(&sh.timers, slot, pid, p.seq, now)
     }
 
     /// Notes a lazy timeout request of the running actor `index` (see `park_timeout`). A
@@ -727,7 +727,7 @@ impl Worker {
             core::hint::spin_loop();
         }
         let now = Instant::now();
-        if sh.timers.fire_due(now) > 0 {
+        if sh.fire_due(now) > 0 {
             return;
         }
         let has_work = || {
@@ -1310,7 +1310,7 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
     // Saturating nanoseconds without `as_nanos`'s u128 arithmetic.
     let nanos = timeout.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(timeout.subsec_nanos()));
     slot.lazy_timeout.store(nanos, Ordering::Relaxed);
-    slot.lazy.store(crate::timer::lazy_word(seq, crate::timer::LAZY_PENDING), Ordering::Release);
+    slot.lazy.store(lazy::lazy_word(seq, lazy::LAZY_PENDING), Ordering::Release);
     w.note_pending_timeout(index, seq);
     /// Ends the request on return or unwind, before this actor can end: the wheel never
     /// holds a timeout of an actor that is gone (the `Waiter` contract).
@@ -1328,11 +1328,11 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
             // reads its ring), so it ends without the CAS against a concurrent arming.
             if w.pending_timeouts.take_newest(self.index, self.seq) {
                 // Relaxed: nobody else looks at a request that is on no ring and no wheel.
-                self.slot.lazy.store(crate::timer::lazy_word(self.seq, crate::timer::LAZY_IDLE), Ordering::Relaxed);
+                self.slot.lazy.store(lazy::lazy_word(self.seq, lazy::LAZY_IDLE), Ordering::Relaxed);
                 return LazyEnd::Woken(None);
             }
             // SAFETY: the runtime outlives its running actor.
-            unsafe { &*self.shared }.timers.disarm_lazy(self.slot, self.seq)
+            lazy::disarm(&unsafe { &*self.shared }.timers, self.slot, self.seq)
         }
     }
     impl Drop for Disarm {
@@ -1379,7 +1379,7 @@ impl WaitLimit {
         match *self {
             WaitLimit::Forever => None,
             WaitLimit::Until(d) => Some(d),
-            WaitLimit::For(t) | WaitLimit::Resumed(t) => Some(crate::timer::deadline_after(Instant::now(), t)),
+            WaitLimit::For(t) | WaitLimit::Resumed(t) => Some(crate::wheel::deadline_after(Instant::now(), t)),
         }
     }
 
@@ -1425,7 +1425,7 @@ impl WaitLimit {
             // A zero timeout polls: the limit has passed without parking.
             WaitLimit::For(t) if t.is_zero() => true,
             WaitLimit::For(t) | WaitLimit::Resumed(t) => {
-                *self = WaitLimit::Until(crate::timer::deadline_after(Instant::now(), t));
+                *self = WaitLimit::Until(crate::wheel::deadline_after(Instant::now(), t));
                 self.park_slow()
             }
         }
@@ -1442,7 +1442,7 @@ pub(crate) fn sleep(d: Duration) {
         yield_now();
         return;
     }
-    let deadline = crate::timer::deadline_after(Instant::now(), d);
+    let deadline = crate::wheel::deadline_after(Instant::now(), d);
     while park_until(Some(deadline)) {}
 }
 
