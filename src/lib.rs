@@ -63,6 +63,8 @@ pub mod gen_server;
 #[cfg(not(loom))]
 pub mod gen_statem;
 #[cfg(not(loom))]
+mod groups;
+#[cfg(not(loom))]
 mod hand;
 mod local_queue;
 mod loom_shim;
@@ -78,6 +80,8 @@ mod process;
 mod raw_mutex;
 #[cfg(not(loom))]
 mod reply;
+#[cfg(not(loom))]
+mod run;
 #[doc(hidden)]
 #[cfg_attr(loom, allow(dead_code))] // under loom only the models use it
 pub mod run_queue;
@@ -120,13 +124,15 @@ mod api {
     pub use crate::error::{BuildError, RunError, SpawnError};
     pub use crate::mailbox::{Addr, Envelope, Mailbox};
     pub use crate::preempt::{maybe_preempt, NoPreempt};
+    pub use crate::process::shutdown;
     pub use crate::process::{
         demonitor, demonitor_flush, exit, kill, link, monitor, recv_signal, recv_signal_timeout, register, trap_exit,
         unlink, unregister, whereis, Down, DownReason, Exit, MonitorRef, RegisterError, Signal,
     };
+    pub use crate::run::run;
     pub use crate::runtime::{
-        shutdown, Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_SHUTDOWN_TIMEOUT,
-        DEFAULT_STACK_SIZE, DEFAULT_TIMESLICE_CYCLES, MIN_STACK_SIZE,
+        Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_STACK_SIZE,
+        DEFAULT_TIMESLICE_CYCLES, MIN_STACK_SIZE,
     };
     pub use crate::slot_state::Pid;
     pub use crate::task::{
@@ -134,27 +140,6 @@ mod api {
         try_current_pid, try_spawn, try_spawn_actor, whereis_addr, yield_now, LookupError,
     };
     pub use crate::timer::{cancel as cancel_timer, send_after, send_after_addr, TimerRef};
-
-    /// Runs `root` on a runtime with the default configuration and returns its value.
-    ///
-    /// # Panics
-    /// If the root actor panics (with its message), or if the runtime cannot start.
-    ///
-    /// ```
-    /// assert_eq!(smarm::run(|| "hello"), "hello");
-    /// ```
-    pub fn run<F, T>(root: F) -> T
-    where
-        F: FnOnce() -> T + Send + 'static,
-        T: Send + 'static,
-    {
-        let rt = Runtime::builder().build().unwrap_or_else(|e| panic!("{e}"));
-        match rt.run(root) {
-            Ok(v) => v,
-            Err(RunError::Root(DownReason::Panic(msg))) => panic!("smarm: the root actor panicked: {msg}"),
-            Err(e) => panic!("{e}"),
-        }
-    }
 
     /// Internals exposed for benchmarks and tests; not a stable API.
     #[doc(hidden)]

@@ -14,28 +14,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::channel::{channel, Receiver, Sender};
+use crate::channel::{channel, Receiver};
+pub use crate::groups::PgEvent;
 use crate::runtime::Shared;
 use crate::slot_state::Pid;
-
-/// A group membership change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PgEvent {
-    /// `pids` joined `group`.
-    Join {
-        /// The group.
-        group: String,
-        /// Who joined (one entry per join).
-        pids: Vec<Pid>,
-    },
-    /// `pids` left `group` (explicitly or by ending).
-    Leave {
-        /// The group.
-        group: String,
-        /// Who left (one entry per membership removed).
-        pids: Vec<Pid>,
-    },
-}
 
 /// Why a `pg` operation failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,34 +38,6 @@ impl fmt::Display for PgError {
 }
 impl std::error::Error for PgError {}
 
-#[derive(Default)]
-pub(crate) struct PgState {
-    groups: BTreeMap<String, Vec<Pid>>,
-    watchers: Vec<Sender<PgEvent>>,
-}
-
-impl PgState {
-    fn publish(&mut self, ev: PgEvent) {
-        self.watchers.retain(|w| w.send(ev.clone()).is_ok());
-    }
-
-    /// Removes every membership of `pid` in `groups` (the exit path).
-    pub(crate) fn remove_member(&mut self, pid: Pid, groups: &[String]) {
-        for g in groups {
-            let Some(members) = self.groups.get_mut(g) else { continue };
-            let before = members.len();
-            members.retain(|p| *p != pid);
-            let removed = before - members.len();
-            if members.is_empty() {
-                self.groups.remove(g);
-            }
-            if removed > 0 {
-                self.publish(PgEvent::Leave { group: g.clone(), pids: vec![pid; removed] });
-            }
-        }
-    }
-}
-
 fn shared() -> &'static Shared {
     let (sh, _) = crate::runtime::current_shared().expect("smarm::pg called outside an actor");
     // SAFETY: the runtime outlives its running actor.
@@ -96,7 +50,7 @@ pub fn join(group: &str, pid: Pid) -> Result<(), PgError> {
     if !crate::process::pg_joined(sh, pid, group) {
         return Err(PgError::NoProc);
     }
-    let mut pg = sh.pg.lock();
+    let mut pg = crate::process::world(sh).groups.lock();
     pg.groups.entry(group.to_string()).or_default().push(pid);
     pg.publish(PgEvent::Join { group: group.to_string(), pids: vec![pid] });
     Ok(())
@@ -106,7 +60,7 @@ pub fn join(group: &str, pid: Pid) -> Result<(), PgError> {
 pub fn leave(group: &str, pid: Pid) -> Result<(), PgError> {
     let sh = shared();
     {
-        let mut pg = sh.pg.lock();
+        let mut pg = crate::process::world(sh).groups.lock();
         let Some(members) = pg.groups.get_mut(group) else { return Err(PgError::NotJoined) };
         let Some(i) = members.iter().position(|p| *p == pid) else { return Err(PgError::NotJoined) };
         members.remove(i);
@@ -121,7 +75,7 @@ pub fn leave(group: &str, pid: Pid) -> Result<(), PgError> {
 
 /// Members of `group` (one entry per join), in join order.
 pub fn members(group: &str) -> Vec<Pid> {
-    shared().pg.lock().groups.get(group).cloned().unwrap_or_default()
+    crate::process::world(shared()).groups.lock().groups.get(group).cloned().unwrap_or_default()
 }
 
 /// Members of `group` on this node (all of them, without `cluster`).
@@ -131,14 +85,14 @@ pub fn local_members(group: &str) -> Vec<Pid> {
 
 /// Groups with at least one member.
 pub fn which_groups() -> Vec<String> {
-    shared().pg.lock().groups.keys().cloned().collect()
+    crate::process::world(shared()).groups.lock().groups.keys().cloned().collect()
 }
 
 /// A snapshot of every group, and a channel of every later change.
 pub fn monitor_scope() -> (BTreeMap<String, Vec<Pid>>, Receiver<PgEvent>) {
     let sh = shared();
     let (tx, rx) = channel();
-    let mut pg = sh.pg.lock();
+    let mut pg = crate::process::world(sh).groups.lock();
     pg.watchers.push(tx);
     (pg.groups.clone(), rx)
 }

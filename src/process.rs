@@ -36,14 +36,15 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub use crate::exit::DownReason;
 pub(crate) use crate::exit::{reason_from_payload, Cancelled};
 use crate::raw_mutex::{Rank, RawMutex};
-use crate::runtime::{current_shared, Shared};
+use crate::runtime::{current_shared, Hooks, Shared};
 use crate::slot_state::{Pid, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE};
+use crate::zeroed::Zeroed;
 
 /// Identifies one monitor (each `monitor` call creates an independent one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -180,12 +181,77 @@ impl ProcSlot {
 
 static NEXT_MONITOR: AtomicU64 = AtomicU64::new(1);
 
+/// The process layer's per-runtime state, the scheduler's `Shared::world` (made by
+/// [`HOOKS`]): every slot's process state in a side table indexed like the slab, the name
+/// registry, the `pg` memberships, and the root supervisors.
+pub(crate) struct World {
+    /// One `proc` lock per slab slot; all-zero is "no state" (see [`ProcSlot`]).
+    procs: Zeroed<ProcLock>,
+    /// Every slot that may hold process state is below this index (`Drop` drops only
+    /// those; the rest are untouched zero pages).
+    procs_used: AtomicUsize,
+    pub(crate) registry: Registry,
+    /// `pg` memberships of this runtime (one scope).
+    pub(crate) groups: RawMutex<crate::groups::Groups>,
+    /// Supervisors started by non-supervisors, in start order (stopped in reverse when the
+    /// root ends, before the shutdown sweep).
+    root_sups: RawMutex<Vec<Pid>>,
+}
+
+impl World {
+    fn new_boxed(max_actors: usize) -> Box<dyn Any + Send + Sync> {
+        Box::new(World {
+            procs: Zeroed::new(max_actors),
+            procs_used: AtomicUsize::new(0),
+            registry: Registry::new(),
+            groups: RawMutex::new(Rank::Pg, Default::default()),
+            root_sups: RawMutex::new(Rank::Primitive, Vec::new()),
+        })
+    }
+
+    /// The `proc` lock of slot `index` (which the slab bounds-checked).
+    #[inline]
+    fn proc(&self, index: u32) -> &ProcLock {
+        let i = index as usize;
+        // Relaxed: only `Drop` reads the mark, after every scheduler thread was joined (which
+        // orders every store before it).
+        if i >= self.procs_used.load(Ordering::Relaxed) {
+            self.procs_used.fetch_max(i + 1, Ordering::Relaxed);
+        }
+        &self.procs[i]
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let used = *self.procs_used.get_mut();
+        // SAFETY: slots at or past `used` were never handed out by `proc`, so they are still
+        // all-zero (no drop needed); nothing uses the table after this.
+        unsafe { self.procs.drop_prefix(used) };
+    }
+}
+
+// SAFETY: a `ProcLock` is a `RawMutex<ProcSlot>`: all-zero is an unlocked flag, rank
+// `Process` (= 0), exited generation 0 and `Option<Box<_>>::None` (a null pointer), whose
+// drop is a no-op.
+unsafe impl crate::zeroed::ZeroValid for ProcLock {}
+
+/// The scheduler's hooks into the process layer (passed to `Runtime::run_hooked`).
+pub(crate) static HOOKS: Hooks = Hooks { new_world: World::new_boxed, on_exit, exit_reason: pending_exit_reason };
+
+/// The process layer's state of `sh`.
+#[inline]
+pub(crate) fn world(sh: &Shared) -> &World {
+    sh.world::<World>()
+}
+
 fn proc_lock(sh: &Shared, pid: Pid) -> Option<&ProcLock> {
     // A pid of another runtime names no actor here, whatever its index.
     if !sh.slab.owns(pid) {
         return None;
     }
-    sh.slab.try_slot(pid.index()).map(|s| &s.proc)
+    sh.slab.try_slot(pid.index())?;
+    Some(world(sh).proc(pid.index()))
 }
 
 /// True if `pid` is alive and its exit has not been processed, judged under its proc lock.
@@ -494,7 +560,8 @@ pub(crate) fn pending_exit_reason(sh: &Shared, pid: Pid) -> DownReason {
 
 /// Exit steps 1-4 (module doc), run on the dying actor's own stack.
 pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
-    let lock = &sh.slab.slot(pid.index()).proc;
+    let w = world(sh);
+    let lock = w.proc(pid.index());
     let (name, links, timers) = {
         let mut slot = lock.lock();
         slot.exited_gen = pid.generation();
@@ -502,12 +569,12 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
         let name = st.name.take();
         if let Some(n) = &name {
             // Step 3 happens before step 2 publishes: release the name first.
-            sh.registry.release(n, pid);
+            w.registry.release(n, pid);
         }
         if !st.groups.is_empty() {
             // pg memberships are visible resources too: gone before any Down is queued.
             let groups = std::mem::take(&mut st.groups);
-            sh.pg.lock().remove_member(pid, &groups);
+            w.groups.lock().remove_member(pid, &groups);
         }
         // Timers aimed at the actor go before anyone learns it is gone (a `cancel_timer` after
         // the Down must report the timer as not pending). Timers rank above Process. Their
@@ -606,7 +673,7 @@ pub(crate) fn traps_exits(pid: Pid) -> bool {
 /// Attaches behaviour data to the calling actor (found by pid with [`ext_of`]).
 pub(crate) fn set_ext(ext: Arc<dyn Any + Send + Sync>) {
     let (sh, pid) = me("set_ext");
-    let mut slot = sh.slab.slot(pid.index()).proc.lock();
+    let mut slot = proc_lock(sh, pid).expect("own slot").lock();
     slot.state_for(pid.generation()).ext = Some(ext);
 }
 
@@ -705,7 +772,7 @@ pub fn register(name: impl Into<String>, pid: Pid) -> Result<(), RegisterError> 
         return Err(RegisterError::AlreadyNamed(n.clone()));
     }
     {
-        let mut names = sh.registry.names.lock();
+        let mut names = world(sh).registry.names.lock();
         if let Some(&holder) = names.get(&name) {
             if sh.slab.is_live(holder) {
                 return Err(RegisterError::NameTaken(holder));
@@ -720,7 +787,7 @@ pub fn register(name: impl Into<String>, pid: Pid) -> Result<(), RegisterError> 
 /// Removes a name; returns the pid it named.
 pub fn unregister(name: &str) -> Option<Pid> {
     let (sh, _) = me("unregister");
-    let pid = sh.registry.names.lock().remove(name)?;
+    let pid = world(sh).registry.names.lock().remove(name)?;
     if let Some(lock) = proc_lock(sh, pid) {
         if let Some(st) = lock.lock().existing(pid.generation()) {
             if st.name.as_deref() == Some(name) {
@@ -734,7 +801,46 @@ pub fn unregister(name: &str) -> Option<Pid> {
 /// The live actor registered under `name`, if any.
 pub fn whereis(name: &str) -> Option<Pid> {
     let (sh, _) = me("whereis");
-    sh.registry.lookup(name).filter(|p| sh.slab.is_live(*p))
+    world(sh).registry.lookup(name).filter(|p| sh.slab.is_live(*p))
+}
+
+/// Records a supervisor started by a non-supervisor in the calling actor's runtime (stopped,
+/// in reverse start order, when the root ends).
+pub(crate) fn register_root_supervisor(pid: Pid) {
+    let Some((sh, _)) = current_shared() else { return };
+    // SAFETY: the runtime outlives its running actor.
+    let sh = unsafe { &*sh };
+    let mut sups = world(sh).root_sups.lock();
+    // Supervisors that ended (stopped, or started and stopped by a worker) leave their
+    // entries: drop those before the list would grow, then keep it at most half full, so
+    // the pruning is amortised O(1) per supervisor started.
+    if sups.len() == sups.capacity() && sups.len() >= 8 {
+        sups.retain(|p| sh.slab.is_live(*p));
+        let len = sups.len();
+        sups.reserve(len);
+    }
+    sups.push(pid);
+}
+
+/// Takes the most recently started root supervisor of the calling actor's runtime.
+pub(crate) fn pop_root_supervisor() -> Option<Pid> {
+    let (sh, _) = current_shared()?;
+    // SAFETY: the runtime outlives its running actor.
+    world(unsafe { &*sh }).root_sups.lock().pop()
+}
+
+/// Starts a graceful shutdown of the calling actor's runtime: the root actor is stopped with
+/// [`DownReason::Shutdown`] (at its next runtime call); on its way out it stops the
+/// supervision trees in reverse start order, then the remaining actors are shut down and
+/// [`Runtime::run`](crate::Runtime::run) returns `Err(RunError::Root(Shutdown))`.
+///
+/// # Panics
+/// Outside an actor.
+pub fn shutdown() {
+    let (sh, _) = me("shutdown");
+    if let Some(root) = sh.root_pid() {
+        stop_with(sh, root, DownReason::Shutdown);
+    }
 }
 
 /// Receives the next signal of a plain `spawn` actor (its signal-only mailbox), parking

@@ -514,10 +514,13 @@ type CellBuf = Box<[Cell]>;
 
 #[cfg(not(loom))]
 fn zeroed_cells(len: usize) -> CellBuf {
-    // SAFETY: `Cell` is an AtomicUsize and a u32 in UnsafeCells, for which all-zero bytes are
-    // valid values (seq_rel = 0 is the documented initial state); neither needs a drop.
-    unsafe { crate::zeroed::Zeroed::new(len) }
+    crate::zeroed::Zeroed::new(len)
 }
+
+// SAFETY: `Cell` is an AtomicUsize and a u32 in an UnsafeCell, for which all-zero bytes are
+// valid values (seq_rel = 0 is the documented initial state); neither needs a drop.
+#[cfg(not(loom))]
+unsafe impl crate::zeroed::ZeroValid for Cell {}
 
 #[cfg(loom)]
 fn zeroed_cells(len: usize) -> Box<[Cell]> {

@@ -124,9 +124,6 @@ pub(crate) struct Slot {
     pub(crate) cell: core::cell::UnsafeCell<ActorCell>,
     /// Free-list link (an index, or `u32::MAX` for the end). Only meaningful while FREE.
     next_free: AtomicU32,
-    /// Process state (links, monitors, name); see `process`. All-zero is valid: unlocked,
-    /// rank `Process`, nothing allocated.
-    pub(crate) proc: crate::process::ProcLock,
     /// The actor's lazily armed park timeout: `seq << 2 | LAZY_*` (see `runtime::lazy`). `seq` only grows over the slot's life, so a stale request never matches.
     pub(crate) lazy: AtomicU64,
     /// The timeout (ns) of the pending request; published by the Release store of `lazy`.
@@ -445,14 +442,15 @@ impl Slab {
     }
 }
 
+// SAFETY: every field of `Slot` is valid as all-zero bytes, and such a slot needs no drop:
+// atomics (FREE, generation 0, link 0, no cancel, pinned 0 which is overwritten before use),
+// `ActorCell` (its doc states that all-zero is its empty value: no task, no stack, no
+// override), the lazy-timeout fields (LAZY_IDLE with seq 0, and a timer key of plain
+// integers) and the reply word.
+unsafe impl crate::zeroed::ZeroValid for Slot {}
+
 fn zeroed_slots(len: usize) -> crate::zeroed::Zeroed<Slot> {
-    // Every field of `Slot` is valid as all-zero bytes: atomics (FREE, generation 0, link 0,
-    // no cancel, pinned 0 which is overwritten before use), `ActorCell`, whose doc states that
-    // all-zero is its empty value, and the proc lock (an unlocked flag, rank `Process` = 0,
-    // exited generation 0 and `Option<Box<_>>::None`, guaranteed to be a null pointer), and
-    // the lazy-timeout fields (LAZY_IDLE with seq 0, and a timer key of plain integers).
-    // SAFETY: all-zero bytes are a valid `Slot` (above).
-    unsafe { crate::zeroed::Zeroed::new(len) }
+    crate::zeroed::Zeroed::new(len)
 }
 
 impl Drop for Slab {

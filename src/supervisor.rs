@@ -191,8 +191,11 @@ pub enum SupMsg {
 
 /// Stops the calling runtime's root supervisors in reverse start order (each stops its tree).
 pub(crate) fn stop_root_supervisors() {
-    while let Some(s) = crate::runtime::pop_root_supervisor() {
-        s.stop();
+    while let Some(pid) = crate::process::pop_root_supervisor() {
+        // An ended supervisor has no mailbox any more: nothing to stop.
+        if let Ok(addr) = crate::task::addr_of::<SupMsg>(pid) {
+            SupervisorRef { addr }.stop();
+        }
     }
 }
 
@@ -290,7 +293,7 @@ pub fn start_link(flags: SupFlags, children: Vec<ChildSpec>) -> Result<Superviso
     }
     let sref = SupervisorRef { addr };
     if !parent_is_sup {
-        crate::runtime::register_root_supervisor(sref.clone());
+        crate::process::register_root_supervisor(sref.addr.pid());
     }
     Ok(sref)
 }

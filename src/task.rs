@@ -189,7 +189,11 @@ where
 /// The [`Addr`] of the actor registered under `name`, typed. A wrong message type is an
 /// error, not a panic.
 pub fn whereis_addr<M: Send + 'static>(name: &str) -> Result<Addr<M>, LookupError> {
-    let pid = whereis(name).ok_or(LookupError::NotFound)?;
+    addr_of(whereis(name).ok_or(LookupError::NotFound)?)
+}
+
+/// The typed [`Addr`] of the live actor `pid` of the caller's runtime.
+pub(crate) fn addr_of<M: Send + 'static>(pid: Pid) -> Result<Addr<M>, LookupError> {
     let shared = current_shared_ptr().map_err(|_| LookupError::NotFound)?;
     // SAFETY: see `current_shared_ptr`.
     let any = crate::process::sink_any(unsafe { &*shared }, pid).ok_or(LookupError::NotFound)?;

@@ -9,6 +9,16 @@
 
 use std::ptr::NonNull;
 
+/// Types whose all-zero bytes are a valid value: the initial state of a [`Zeroed`] table.
+///
+/// # Safety
+/// An implementor guarantees that the all-zero bit pattern is a valid, initialised value of
+/// the type (every field: integers and atomics, `bool`, `Option` of a reference, `Box` or
+/// `NonNull` (null is `None`), `UnsafeCell`s of such, and fieldless enums whose zero
+/// discriminant exists), and that dropping such a value is a no-op, so a table can skip
+/// dropping the elements it never handed out.
+pub(crate) unsafe trait ZeroValid {}
+
 pub(crate) struct Zeroed<T> {
     ptr: NonNull<T>,
     len: usize,
@@ -22,10 +32,10 @@ unsafe impl<T: Sync> Sync for Zeroed<T> {}
 
 impl<T> Zeroed<T> {
     /// `len` elements, all zero bytes.
-    ///
-    /// # Safety
-    /// All-zero bytes must be a valid `T`.
-    pub(crate) unsafe fn new(len: usize) -> Zeroed<T> {
+    pub(crate) fn new(len: usize) -> Zeroed<T>
+    where
+        T: ZeroValid,
+    {
         let layout = std::alloc::Layout::array::<T>(len.max(1)).expect("table size overflows");
         assert!(layout.align() <= 4096, "over-aligned element");
         let bytes = layout.size().div_ceil(4096) * 4096;

@@ -47,6 +47,7 @@ use parking_lot::Mutex;
 use crate::actor::{self, ActorCell, JoinHandle};
 use crate::context;
 use crate::error::{BuildError, RunError, SpawnError};
+use crate::exit::DownReason;
 use crate::loom_shim::CachePadded;
 use crate::run_queue::RunQueue;
 use crate::slot_state::{Pid, Slab, Slot, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
@@ -218,12 +219,14 @@ impl Runtime {
         self.config.threads
     }
 
-    /// Runs `root` as the root actor on the calling thread plus `threads - 1` more.
+    /// Runs `root` as the root actor on the calling thread plus `threads - 1` more, with the
+    /// layers above the scheduler plugged in through `hooks` (the public `run` lives in the
+    /// behaviours layer, `crate::run`, which wraps the root to stop the supervision trees).
     ///
-    /// When the root returns, the remaining actors are shut down ([`crate::DownReason::Shutdown`]
-    /// at their next runtime call), their stacks freed and the threads joined; then `run`
-    /// returns the root's value, or [`RunError::Root`] if the root panicked.
-    pub fn run<F, T>(self, root: F) -> Result<T, RunError>
+    /// When the root returns, the remaining actors are shut down (`Shutdown` at their next
+    /// runtime call), their stacks freed and the threads joined; then this returns the root's
+    /// value, or [`RunError::Root`] if the root did not return one.
+    pub(crate) fn run_hooked<F, T>(self, hooks: &'static Hooks, root: F) -> Result<T, RunError>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
@@ -232,23 +235,7 @@ impl Runtime {
             return Err(RunError::Nested);
         }
         worker::install_process_hooks();
-        let shared = Arc::new(Shared::new(self.config));
-        // Graceful shutdown (root return, root panic, or `smarm::shutdown`): stop the root
-        // supervisors in reverse start order, each stopping its tree per the shutdown specs,
-        // before the root exits and the sweep stops whatever remains.
-        let root = move || {
-            struct StopTrees;
-            impl Drop for StopTrees {
-                fn drop(&mut self) {
-                    // A further shutdown request (or exit signal) must not cut the stop of
-                    // the trees short; a kill still does.
-                    worker::defer_stops();
-                    crate::supervisor::stop_root_supervisors();
-                }
-            }
-            let _trees = StopTrees;
-            root()
-        };
+        let shared = Arc::new(Shared::new(self.config, hooks));
         let handle = shared.spawn(root, true).map_err(RunError::Spawn)?;
         let _ = shared.root_pid.set(handle.pid());
 
@@ -274,6 +261,20 @@ impl Runtime {
             None => Err(RunError::Root(crate::exit::DownReason::Shutdown)),
         }
     }
+}
+
+/// What the layers above the scheduler plug into it: the only way the scheduler reaches the
+/// process layer, so its dependencies point down. One static table per build (the process
+/// layer's `process::HOOKS`), passed to [`Runtime::run_hooked`].
+pub(crate) struct Hooks {
+    /// Makes the per-runtime state of the layers above (process table, names, groups) for a
+    /// slab of `max_actors` slots. [`Shared::world`] hands it back.
+    pub(crate) new_world: fn(max_actors: usize) -> Box<dyn std::any::Any + Send + Sync>,
+    /// An actor's exit (monitors, links, names, groups, its timers), run on the dying
+    /// actor's own stack, under `catch_unwind`, before its slot is freed.
+    pub(crate) on_exit: fn(&Shared, Pid, &DownReason),
+    /// The reason of a pending exit-signal stop (`Cancel::Exit`), kept by the process layer.
+    pub(crate) exit_reason: fn(&Shared, Pid) -> DownReason,
 }
 
 /// A private queue of work only one thread may run (an actor pinned there because it is
@@ -324,10 +325,10 @@ pub(crate) struct Shared {
     unparks: Box<[AtomicUsize]>,
     pub(crate) inboxes: Box<[CachePadded<Inbox>]>,
     pub(crate) timers: Timers,
-    pub(crate) registry: crate::process::Registry,
-    pub(crate) pg: crate::raw_mutex::RawMutex<crate::pg::PgState>,
-    /// Supervisors started by non-supervisors, in start order (stopped in reverse at root exit).
-    root_sups: crate::raw_mutex::RawMutex<Vec<crate::supervisor::SupervisorRef>>,
+    /// The layers above the scheduler, plugged in by the caller of `run_hooked`.
+    pub(crate) hooks: &'static Hooks,
+    /// Their per-runtime state, made by `hooks.new_world` (see [`Shared::world`]).
+    world: Box<dyn std::any::Any + Send + Sync>,
     /// The root actor.
     root_pid: std::sync::OnceLock<Pid>,
     pub(crate) stacks: StackPool,
@@ -338,8 +339,10 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn new(config: Config) -> Shared {
+    fn new(config: Config, hooks: &'static Hooks) -> Shared {
         Shared {
+            hooks,
+            world: (hooks.new_world)(config.max_actors),
             slab: Slab::new(config.max_actors),
             run_queue: RunQueue::new(config.max_actors),
             locals: (0..config.threads).map(|_| crate::local_queue::LocalQueue::new()).collect(),
@@ -348,9 +351,6 @@ impl Shared {
             unparks: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
             inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
             timers: Timers::new(),
-            registry: crate::process::Registry::new(),
-            pg: crate::raw_mutex::RawMutex::new(crate::raw_mutex::Rank::Pg, Default::default()),
-            root_sups: crate::raw_mutex::RawMutex::new(crate::raw_mutex::Rank::Primitive, Vec::new()),
             root_pid: std::sync::OnceLock::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),
             live: AtomicUsize::new(0),
@@ -358,6 +358,20 @@ impl Shared {
             finished: AtomicBool::new(false),
             config,
         }
+    }
+
+    /// The per-runtime state of the layers above, as the type `hooks.new_world` made.
+    ///
+    /// # Panics
+    /// If `W` is not that type (a wrong hook table; never happens with `process::HOOKS`).
+    #[inline]
+    pub(crate) fn world<W: std::any::Any>(&self) -> &W {
+        self.world.downcast_ref::<W>().expect("smarm: the runtime's world is not of the expected type")
+    }
+
+    /// The root actor's pid (set before any scheduler thread starts).
+    pub(crate) fn root_pid(&self) -> Option<Pid> {
+        self.root_pid.get().copied()
     }
 
     pub(crate) fn register_thread(&self, k: usize) {
@@ -690,46 +704,5 @@ impl Diagnostics {
     /// Number of scheduler threads.
     pub fn threads(&self) -> usize {
         self.shared.config.threads
-    }
-}
-
-/// Records a root supervisor of the calling actor's runtime.
-pub(crate) fn register_root_supervisor(s: crate::supervisor::SupervisorRef) {
-    if let Some((sh, _)) = worker::current_actor_pid() {
-        // SAFETY: the runtime outlives its running actor.
-        let sh = unsafe { &*sh };
-        let mut sups = sh.root_sups.lock();
-        // Supervisors that ended (stopped, or started and stopped by a worker) leave their
-        // entries: drop those before the list would grow, then keep it at most half full, so
-        // the pruning is amortised O(1) per supervisor started.
-        if sups.len() == sups.capacity() && sups.len() >= 8 {
-            sups.retain(|r| sh.slab.live_pid(r.pid().index()) == Some(r.pid()));
-            let len = sups.len();
-            sups.reserve(len);
-        }
-        sups.push(s);
-    }
-}
-
-/// Takes the most recently started root supervisor of the calling actor's runtime.
-pub(crate) fn pop_root_supervisor() -> Option<crate::supervisor::SupervisorRef> {
-    let (sh, _) = worker::current_actor_pid()?;
-    // SAFETY: the runtime outlives its running actor.
-    unsafe { &*sh }.root_sups.lock().pop()
-}
-
-/// Starts a graceful shutdown of the calling actor's runtime: the root actor is stopped with
-/// [`DownReason::Shutdown`](crate::DownReason::Shutdown) (at its next runtime call); on its way
-/// out it stops the supervision trees in reverse start order, then the remaining actors are
-/// shut down and [`Runtime::run`] returns `Err(RunError::Root(Shutdown))`.
-///
-/// # Panics
-/// Outside an actor.
-pub fn shutdown() {
-    let (sh, _) = worker::current_actor_pid().expect("smarm::shutdown called outside an actor");
-    // SAFETY: the runtime outlives its running actor.
-    let sh = unsafe { &*sh };
-    if let Some(root) = sh.root_pid.get() {
-        crate::process::stop_with(sh, *root, crate::DownReason::Shutdown);
     }
 }

@@ -803,7 +803,7 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
         let reason = actor::run(task, cancelled);
         // Process exit (names, monitors, links) on our own stack, before the slot is freed.
         if let Some((shared, pid)) = current_actor_pid() {
-            crate::process::on_exit(&*shared, pid, &reason);
+            ((*shared).hooks.on_exit)(&*shared, pid, &reason);
         }
         // This frame never returns: nothing in it is dropped unless dropped here.
         drop(reason);
@@ -1165,7 +1165,8 @@ fn cancel_reason(slot: &Slot) -> Option<DownReason> {
         CANCEL_EXIT => {
             let (shared, pid) = current_actor_pid()?;
             // SAFETY: the runtime outlives its running actor.
-            Some(crate::process::pending_exit_reason(unsafe { &*shared }, pid))
+            let sh = unsafe { &*shared };
+            Some((sh.hooks.exit_reason)(sh, pid))
         }
         _ => Some(DownReason::Killed),
     }
