@@ -144,7 +144,7 @@ where
     // (Err: the closure's Drop panicked.)
     .unwrap_or_else(|p| Err(reason_from_payload(p)));
     // A reason the body chose for itself (a behaviour's crash or stop) replaces a return.
-    let outcome = match (outcome, crate::runtime::worker::take_current_exit_override()) {
+    let outcome = match (outcome, crate::runtime::take_current_exit_override()) {
         (Ok(v), Some(reason)) => {
             drop(v);
             Err(reason)
@@ -156,7 +156,7 @@ where
     // cannot be undone. A request that was never raised here, because the actor was already
     // unwinding its own panic when it came, finds the actor dying: the panic stays the reason
     // (as in OTP, the first exit wins).
-    let outcome = match crate::runtime::worker::current_cancel_reason() {
+    let outcome = match crate::runtime::current_cancel_reason() {
         Some((stop, raised)) if outcome.as_ref().err() != Some(&stop) && (raised || outcome.is_ok()) => {
             drop(outcome);
             Err(stop)

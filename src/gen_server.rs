@@ -451,13 +451,13 @@ pub(crate) fn exit_with(mut cell: ExitCell, reason: DownReason) {
     if reason == DownReason::Normal {
         return;
     }
-    if crate::runtime::worker::current_cancel_reason().is_none() {
-        crate::runtime::worker::set_current_exit_override(reason);
+    if crate::runtime::current_cancel_reason().is_none() {
+        crate::runtime::set_current_exit_override(reason);
         return;
     }
     // `resume_unwind` skips the panic hook, which is what marks an actor as unwinding; mark it
     // here, or a destructor that parks mid-unwind could be taken for a bystander.
-    crate::runtime::worker::mark_current_unwinding();
+    crate::runtime::mark_current_unwinding();
     match reason {
         DownReason::Panic(msg) => std::panic::resume_unwind(Box::new(msg)),
         other => std::panic::resume_unwind(Box::new(crate::process::Cancelled(other))),

@@ -64,7 +64,7 @@ pub fn maybe_preempt() {
 #[inline(never)]
 fn preempt_slow() {
     // A pending kill/exit/shutdown is delivered here too (a runtime call that may switch).
-    crate::runtime::worker::check_cancelled_current();
+    crate::runtime::check_cancelled_current();
     let w = current_worker();
     // SAFETY: non-null (checked by the caller on this thread, no switch since).
     let slot = unsafe { &*w }.current_slot();

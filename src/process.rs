@@ -479,7 +479,7 @@ pub fn exit(pid: Pid, reason: DownReason) {
         // it again. (An actor already unwinding, e.g. calling this from a destructor during
         // a panic, is not unwound twice: the call returns and the panic stays its reason.)
         stop(sh, me, CANCEL_EXIT, Some(reason));
-        crate::runtime::worker::check_cancelled_current();
+        crate::runtime::check_cancelled_current();
         return;
     }
     send_exit_signal(sh, me, pid, reason);

@@ -5,7 +5,7 @@
 
 use crate::error::RunError;
 use crate::exit::DownReason;
-use crate::runtime::{worker, Runtime};
+use crate::runtime::{defer_stops, Runtime};
 
 impl Runtime {
     /// Runs `root` as the root actor on the calling thread plus `threads - 1` more.
@@ -28,7 +28,7 @@ impl Runtime {
                 fn drop(&mut self) {
                     // A further shutdown request (or exit signal) must not cut the stop of
                     // the trees short; a kill still does.
-                    worker::defer_stops();
+                    defer_stops();
                     crate::supervisor::stop_root_supervisors();
                 }
             }

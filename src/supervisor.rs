@@ -313,7 +313,7 @@ fn call_start(spec: &ChildSpec) -> Result<Pid, DownReason> {
             Ok(stop) => {
                 // `resume_unwind` skips the panic hook, which is what marks an actor as
                 // unwinding (as in `gen_server::exit_with`).
-                crate::runtime::worker::mark_current_unwinding();
+                crate::runtime::mark_current_unwinding();
                 resume_unwind(stop)
             }
             Err(payload) => Err(reason_from_payload(payload)),
@@ -323,7 +323,7 @@ fn call_start(spec: &ChildSpec) -> Result<Pid, DownReason> {
 
 /// Ends the calling supervisor with `reason` (its children already stopped).
 fn exit_self(reason: DownReason) -> ! {
-    crate::runtime::worker::mark_current_unwinding();
+    crate::runtime::mark_current_unwinding();
     resume_unwind(Box::new(Cancelled(reason)))
 }
 

@@ -239,7 +239,7 @@ pub fn yield_now() {
 /// smarm::run(|| smarm::sleep(std::time::Duration::from_millis(1)));
 /// ```
 pub fn sleep(d: Duration) {
-    crate::runtime::worker::sleep(d);
+    crate::runtime::sleep(d);
 }
 
 /// The calling actor's pid.

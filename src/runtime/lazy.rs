@@ -26,8 +26,13 @@
 //! from that wake (an armed note hands its deadline back instead, see `LazyEnd`).
 //!
 
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use super::worker::{
+    current_actor_pid, current_worker, park_current, park_running, running_actor, yield_now, Worker, NONE,
+};
 
 use crate::runtime::Shared;
 use crate::slot_state::{Pid, Slot};
@@ -115,4 +120,359 @@ pub(crate) fn disarm(timers: &Timers, slot: &Slot, seq: u64) -> LazyEnd {
     drop(wheel);
     drop(removed);
     end
+}
+
+// ------------------------------------------------------------------------------------------
+// The noting thread's side: a ring of pending requests, armed after a few rounds
+// ------------------------------------------------------------------------------------------
+
+/// A lazy park timeout not yet on the wheel.
+#[derive(Clone, Copy)]
+pub(super) struct PendingTimeout {
+    pub(super) index: u32,
+    /// The worker's round counter when the actor parked.
+    pub(super) tick: u32,
+    pub(super) seq: u64,
+}
+
+/// Rounds a lazy timeout waits before it is armed: an actor woken within that many
+/// scheduling rounds (the common case for a call's reply) never touches the wheel.
+pub(super) const LAZY_ARM_ROUNDS: u32 = 2;
+
+/// A worker's pending lazy timeouts: a bounded FIFO touched only by its own thread (the
+/// scheduler and the actor it runs), so plain `Cell`s suffice. The newest entry can also be
+/// taken back by the actor that made it ([`PendingRing::take_newest`]).
+pub(super) struct PendingRing {
+    /// An array, not a slice: its length is a constant, so indexing needs no bounds check.
+    buf: Box<[Cell<PendingTimeout>; PENDING_CAP as usize]>,
+    /// Free-running positions; `tail - head` entries, at `pos % PENDING_CAP`.
+    head: Cell<u32>,
+    tail: Cell<u32>,
+}
+
+/// Entries a worker holds before it arms the oldest at once (a power of two).
+const PENDING_CAP: u32 = 256;
+
+impl PendingRing {
+    pub(super) fn new() -> PendingRing {
+        let empty = PendingTimeout { index: NONE, tick: 0, seq: 0 };
+        PendingRing { buf: Box::new(std::array::from_fn(|_| Cell::new(empty))), head: Cell::new(0), tail: Cell::new(0) }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.head.get() == self.tail.get()
+    }
+
+    pub(super) fn is_full(&self) -> bool {
+        self.tail.get().wrapping_sub(self.head.get()) == PENDING_CAP
+    }
+
+    pub(super) fn cell(&self, pos: u32) -> &Cell<PendingTimeout> {
+        // The index is reduced modulo the buffer's length: never out of bounds.
+        &self.buf[(pos % PENDING_CAP) as usize]
+    }
+
+    /// Appends an entry; the caller made room (`is_full` is false).
+    pub(super) fn push(&self, p: PendingTimeout) {
+        debug_assert!(!self.is_full());
+        let t = self.tail.get();
+        self.cell(t).set(p);
+        self.tail.set(t.wrapping_add(1));
+    }
+
+    pub(super) fn front(&self) -> Option<PendingTimeout> {
+        (!self.is_empty()).then(|| self.cell(self.head.get()).get())
+    }
+
+    pub(super) fn pop_front(&self) {
+        debug_assert!(!self.is_empty());
+        self.head.set(self.head.get().wrapping_add(1));
+    }
+
+    /// Removes the newest entry if it is request `seq` of actor `index`.
+    pub(super) fn take_newest(&self, index: u32, seq: u64) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let last = self.tail.get().wrapping_sub(1);
+        let p = self.cell(last).get();
+        if p.index != index || p.seq != seq {
+            return false;
+        }
+        self.tail.set(last);
+        true
+    }
+}
+
+impl Worker {
+    /// Moves lazy timeouts onto the wheel: those at least `LAZY_ARM_ROUNDS` rounds old, or
+    /// all of them (`all`, before this thread idles). Requests whose actor was woken or
+    /// disarmed meanwhile are dropped with one load each.
+    pub(super) fn arm_timeouts(&self, all: bool) {
+        let q = &self.pending_timeouts;
+        if q.is_empty() {
+            return;
+        }
+        let tick = self.tick.get();
+        let mut now = None;
+        let mut earliest = false;
+        while let Some(p) = q.front() {
+            if !all && tick.wrapping_sub(p.tick) < LAZY_ARM_ROUNDS {
+                break;
+            }
+            q.pop_front();
+            earliest |= self.arm_one(p, &mut now);
+        }
+        if earliest && !all {
+            // As in `park_until`: an idle thread may be parked with a later timeout.
+            self.shared.wake_one();
+        }
+    }
+
+    /// Puts one pending request on the wheel if it is still pending and its actor still
+    /// parked. Returns whether it became the wheel's earliest deadline.
+    fn arm_one(&self, p: PendingTimeout, now: &mut Option<Instant>) -> bool {
+        let sh = &*self.shared;
+        let slot = sh.slab.slot(p.index);
+        // Acquire: pairs with the Release store of PENDING (makes `lazy_timeout` visible).
+        if slot.lazy.load(Ordering::Acquire) != lazy_word(p.seq, LAZY_PENDING) {
+            return false;
+        }
+        // Woken already (QUEUED or running again): it disarms itself when it resumes.
+        let Some(pid) = sh.slab.parked_pid(p.index) else { return false };
+        let now = *now.get_or_insert_with(Instant::now);
+        arm(&sh.timers, slot, pid, p.seq, now)
+    }
+
+    /// Notes a lazy timeout request of the running actor `index` (see `park_timeout`). A
+    /// full ring first arms its oldest entry (early arming is never early firing: the
+    /// timeout then counts from now, after the park began).
+    pub(super) fn note_pending_timeout(&self, index: u32, seq: u64) {
+        let q = &self.pending_timeouts;
+        if q.is_full() {
+            if let Some(oldest) = q.front() {
+                q.pop_front();
+                if self.arm_one(oldest, &mut None) {
+                    self.shared.wake_one();
+                }
+            }
+        }
+        q.push(PendingTimeout { index, tick: self.tick.get(), seq });
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Timed parks
+// ------------------------------------------------------------------------------------------
+
+/// Parks the caller (actor or thread) until woken or until `deadline` passes. Returns false,
+/// without parking, if the deadline has already passed; true otherwise. May return
+/// spuriously: callers re-check their condition and the clock.
+#[inline(always)]
+pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
+    let Some(deadline) = deadline else {
+        park_current();
+        return true;
+    };
+    let now = Instant::now();
+    if now >= deadline {
+        return false;
+    }
+    if park_timeout(deadline - now).is_none() {
+        std::thread::park_timeout(deadline - now);
+    }
+    true
+}
+
+/// Parks the running actor until woken or until at least `timeout` has passed. Returns
+/// None, doing nothing, off an actor; otherwise how the timeout ended. May return
+/// spuriously (woken with nothing to see): callers re-check their condition.
+///
+/// The timeout is *lazy* (see "Lazy timeouts" in `timer`): the request is noted on this
+/// thread and put on the timer wheel only if the actor is still parked a couple of rounds
+/// later, counting from then, so it never fires early and a prompt wake costs no wheel
+/// traffic and no clock read.
+pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
+    // The worker is not used after the switch in `park_current`.
+    let (w, index, slot) = running_actor()?;
+    // Relaxed: only this actor starts requests on its slot, and it ended the last one itself.
+    let seq = (slot.lazy.load(Ordering::Relaxed) >> 2) + 1;
+    // Relaxed: published by the Release store of the PENDING word just below.
+    // Saturating nanoseconds without `as_nanos`'s u128 arithmetic.
+    let nanos = timeout.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(timeout.subsec_nanos()));
+    slot.lazy_timeout.store(nanos, Ordering::Relaxed);
+    slot.lazy.store(lazy_word(seq, LAZY_PENDING), Ordering::Release);
+    w.note_pending_timeout(index, seq);
+    /// Ends the request on return or unwind, before this actor can end: the wheel never
+    /// holds a timeout of an actor that is gone (the `Waiter` contract).
+    struct Disarm {
+        shared: *const Shared,
+        slot: &'static Slot,
+        index: u32,
+        seq: u64,
+    }
+    impl Disarm {
+        /// `w`: the worker of the thread the actor now runs on.
+        fn finish(&self, w: &Worker) -> LazyEnd {
+            // Resumed on the thread it parked on, before that thread looked at the request:
+            // it is still the newest entry there, never seen by anyone (only this thread
+            // reads its ring), so it ends without the CAS against a concurrent arming.
+            if w.pending_timeouts.take_newest(self.index, self.seq) {
+                // Relaxed: nobody else looks at a request that is on no ring and no wheel.
+                self.slot.lazy.store(lazy_word(self.seq, LAZY_IDLE), Ordering::Relaxed);
+                return LazyEnd::Woken(None);
+            }
+            // SAFETY: the runtime outlives its running actor.
+            disarm(&unsafe { &*self.shared }.timers, self.slot, self.seq)
+        }
+    }
+    impl Drop for Disarm {
+        fn drop(&mut self) {
+            // Unwinding out of the park (the actor was stopped): on some thread's actor.
+            // SAFETY: a running actor's thread has a live worker.
+            self.finish(unsafe { &*current_worker() });
+        }
+    }
+    let guard = Disarm { shared: w.shared_ptr(), slot, index, seq };
+    let w = park_running(w, slot);
+    let end = guard.finish(w);
+    std::mem::forget(guard);
+    Some(end)
+}
+
+/// How long a blocking receive may wait, in the form that costs the least: a relative
+/// timeout is handed to the lazy park timeout as is, and turned into a deadline (one clock
+/// read) only if the wait has to park a second time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WaitLimit {
+    /// No limit.
+    Forever,
+    /// Until this instant.
+    Until(Instant),
+    /// At most this long from now (nothing parked yet).
+    For(Duration),
+    /// Parked once for this long and woken before its lazy timeout was armed, that is
+    /// within the few scheduling rounds before arming: from the next park on it counts from
+    /// a fresh clock read (late by at most those rounds, never early). Woken after the
+    /// arming, the limit becomes `Until` the armed deadline instead, so a wait that is woken
+    /// without its condition (a selective receive seeing other messages) keeps its deadline.
+    Resumed(Duration),
+}
+
+impl WaitLimit {
+    /// A limit of `timeout` from now (None: forever).
+    pub(crate) fn from_timeout(timeout: Option<Duration>) -> WaitLimit {
+        timeout.map_or(WaitLimit::Forever, WaitLimit::For)
+    }
+
+    /// The limit as a deadline (reads the clock for a relative limit).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match *self {
+            WaitLimit::Forever => None,
+            WaitLimit::Until(d) => Some(d),
+            WaitLimit::For(t) | WaitLimit::Resumed(t) => Some(crate::wheel::deadline_after(Instant::now(), t)),
+        }
+    }
+
+    /// Parks the caller (actor or thread) within the limit. Returns true when the limit has
+    /// passed (the caller takes a last look at its condition and times out); false when
+    /// woken, possibly spuriously. Registers the caller's waiter before calling this.
+    #[inline(always)]
+    pub(crate) fn park(&mut self) -> bool {
+        // The two common cases inline; the rest (and a thread's park) out of line.
+        match *self {
+            WaitLimit::Forever => {
+                park_current();
+                false
+            }
+            WaitLimit::For(t) if !t.is_zero() => match park_timeout(t) {
+                Some(LazyEnd::Fired) => true,
+                // Woken first: the next park waits for what is left of the limit.
+                Some(LazyEnd::Woken(Some(deadline))) => {
+                    *self = WaitLimit::Until(deadline);
+                    false
+                }
+                Some(LazyEnd::Woken(None)) => {
+                    *self = WaitLimit::Resumed(t);
+                    false
+                }
+                None => self.park_slow(),
+            },
+            _ => self.park_slow(),
+        }
+    }
+
+    /// `park` for a deadline, a poll, a second park, and a thread's timed park (a relative
+    /// limit reaches here only off an actor: `park` tried the lazy timeout first).
+    #[cold]
+    #[inline(never)]
+    fn park_slow(&mut self) -> bool {
+        match *self {
+            WaitLimit::Forever => {
+                park_current();
+                false
+            }
+            WaitLimit::Until(d) => !park_until(Some(d)),
+            // A zero timeout polls: the limit has passed without parking.
+            WaitLimit::For(t) if t.is_zero() => true,
+            WaitLimit::For(t) | WaitLimit::Resumed(t) => {
+                *self = WaitLimit::Until(crate::wheel::deadline_after(Instant::now(), t));
+                self.park_slow()
+            }
+        }
+    }
+}
+
+/// Parks the calling actor for at least `d`; see [`crate::sleep`].
+pub(crate) fn sleep(d: Duration) {
+    if current_actor_pid().is_none() {
+        std::thread::sleep(d);
+        return;
+    }
+    if d.is_zero() {
+        yield_now();
+        return;
+    }
+    let deadline = crate::wheel::deadline_after(Instant::now(), d);
+    while park_until(Some(deadline)) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PendingRing, PendingTimeout, PENDING_CAP};
+
+    fn entry(index: u32, seq: u64) -> PendingTimeout {
+        PendingTimeout { index, tick: 0, seq }
+    }
+
+    #[test]
+    fn pending_ring_is_fifo_across_wraparound_and_reports_full() {
+        let q = PendingRing::new();
+        for round in 0..3u64 {
+            for i in 0..PENDING_CAP {
+                assert!(!q.is_full());
+                q.push(entry(i, round));
+            }
+            assert!(q.is_full());
+            for i in 0..PENDING_CAP {
+                let p = q.front().expect("entry");
+                assert_eq!((p.index, p.seq), (i, round));
+                q.pop_front();
+            }
+            assert!(q.is_empty() && q.front().is_none());
+        }
+    }
+
+    #[test]
+    fn pending_ring_gives_back_only_the_matching_newest_entry() {
+        let q = PendingRing::new();
+        assert!(!q.take_newest(1, 1));
+        q.push(entry(1, 1));
+        q.push(entry(2, 7));
+        assert!(!q.take_newest(1, 1), "not the newest");
+        assert!(!q.take_newest(2, 6), "another request of the same actor");
+        assert!(q.take_newest(2, 7));
+        assert!(q.take_newest(1, 1));
+        assert!(q.is_empty());
+    }
 }

@@ -31,9 +31,12 @@
 //! would skip the destructors that deregister it from channels and timers. `run` then waits
 //! for it. That is the documented limit of cooperative scheduling.
 
+mod blocks;
+mod cancel;
 pub(crate) mod idle;
 pub(crate) mod lazy;
 mod park;
+mod unwind;
 pub(crate) mod worker;
 pub(crate) use worker::yield_now as worker_yield;
 
@@ -53,11 +56,12 @@ use crate::run_queue::RunQueue;
 use crate::slot_state::{Pid, Slab, Slot, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::StackPool;
 use crate::wheel::Timers;
+pub(crate) use blocks::{alloc_block, free_block};
+pub(crate) use cancel::{check_cancelled_current, current_cancel_reason, defer_stops};
 use idle::Idle;
-pub(crate) use worker::{
-    alloc_block, current_actor_pid as current_shared, current_actor_slot, current_worker, free_block, park_current,
-    park_until, WaitLimit,
-};
+pub(crate) use lazy::{park_until, sleep, WaitLimit};
+pub(crate) use unwind::{mark_current_unwinding, set_current_exit_override, take_current_exit_override};
+pub(crate) use worker::{current_actor_pid as current_shared, current_actor_slot, current_worker, park_current};
 
 /// Smallest stack an actor can start, panic, print and unwind on.
 pub const MIN_STACK_SIZE: usize = 32 * 1024;
@@ -234,7 +238,7 @@ impl Runtime {
         if !current_worker().is_null() {
             return Err(RunError::Nested);
         }
-        worker::install_process_hooks();
+        unwind::install_process_hooks();
         let shared = Arc::new(Shared::new(self.config, hooks));
         let handle = shared.spawn(root, true).map_err(RunError::Spawn)?;
         let _ = shared.root_pid.set(handle.pid());

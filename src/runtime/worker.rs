@@ -59,22 +59,24 @@
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::actor::{self, INTENT_DONE, INTENT_PARK, INTENT_YIELD};
 use crate::context::{fp_control_read, fp_control_switch, switch_to_actor, switch_to_scheduler, FpControl};
-use crate::exit::{Cancelled, DownReason};
-use crate::runtime::lazy::{self, LazyEnd};
-use crate::slot_state::{Pid, Slot, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
-use crate::stack::{self, AltStack, Stack, GUARD_BYTES};
+use crate::slot_state::{Pid, Slot, CANCEL_NONE, UNPINNED};
+use crate::stack::{AltStack, Stack};
 
+use super::blocks::BlockCache;
+use super::cancel::{cancel_reason, check_cancelled};
+use super::lazy::{PendingRing, LAZY_ARM_ROUNDS};
+use super::unwind::actor_unwinding;
 use super::{Inbox, Shared};
 use crate::local_queue::LocalQueue;
 use crate::run_queue::Caller;
 
 /// `Worker::current` / wake slot value for "none".
-const NONE: u32 = u32::MAX;
+pub(super) const NONE: u32 = u32::MAX;
 
 /// Every this many rounds the shared run queue is served before the local one, and a
 /// thread rebalances. A power of two dividing the timer cadence (64): see
@@ -119,210 +121,38 @@ pub(crate) fn thread_panicking() -> bool {
 /// code and the actor it is running, never at the same time.
 pub(crate) struct Worker {
     pub(crate) index: usize,
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     /// `&shared.inboxes[index]` and `&shared.locals[index]`, looked up once (the hot paths
     /// test them on every park).
-    inbox: *const Inbox,
-    local: *const LocalQueue,
-    wake_slot: Cell<u32>,
-    lifo_runs: Cell<u32>,
+    pub(super) inbox: *const Inbox,
+    pub(super) local: *const LocalQueue,
+    pub(super) wake_slot: Cell<u32>,
+    pub(super) lifo_runs: Cell<u32>,
     /// Index of the actor this thread is running, or NONE while in scheduler code.
-    current: Cell<u32>,
+    pub(super) current: Cell<u32>,
     /// The actor that just handed this thread over (`hand_off_park`), whose park the resumed
     /// actor completes first thing (`resumed`); NONE otherwise. `handed_slot` is its slot.
-    handed_from: Cell<u32>,
-    handed_slot: Cell<*const Slot>,
+    pub(super) handed_from: Cell<u32>,
+    pub(super) handed_slot: Cell<*const Slot>,
     /// rdtsc at the running actor's first preemption check since it was resumed; 0 until
     /// then (see `preempt`).
     pub(crate) slice_start: Cell<u64>,
     /// Floating-point control state live in this thread's registers (see `context`).
-    live_fp: Cell<FpControl>,
+    pub(super) live_fp: Cell<FpControl>,
     pub(crate) slice_cycles: u64,
-    lifo_run_limit: u32,
-    tick: Cell<u32>,
+    pub(super) lifo_run_limit: u32,
+    pub(super) tick: Cell<u32>,
     /// A pinned actor yielded: serve other work once before the inbox again.
-    inbox_yielded: Cell<bool>,
+    pub(super) inbox_yielded: Cell<bool>,
     /// Actors pinned here (switched out while unwinding) and not yet resumed. While it is
     /// zero, a panicking thread can only mean the running actor is unwinding, even if the
     /// panic hook that marks actors was replaced by the user.
-    parked_unwinders: Cell<u32>,
+    pub(super) parked_unwinders: Cell<u32>,
     /// Lazy park timeouts requested by actors that parked on this thread, oldest first
     /// (see "Lazy timeouts" in the `timer` module doc).
-    pending_timeouts: PendingRing,
-    /// Free blocks per size class (see [`alloc_block`]): intrusive lists through each
-    /// block's first word, and their lengths.
-    block_heads: [Cell<*mut u8>; BLOCK_CLASSES.len()],
-    block_counts: [Cell<u32>; BLOCK_CLASSES.len()],
-}
-
-/// Size classes of the per-thread block cache (bytes; every block is 16-byte aligned).
-const BLOCK_CLASSES: [usize; 3] = [64, 128, 256];
-/// Blocks kept per class and thread; more are returned to the global allocator.
-const BLOCK_CACHE_MAX: u32 = 64;
-
-/// The class layout for `layout`, if the cache serves it (folds to a constant for a
-/// constant layout).
-#[inline(always)]
-fn block_class(layout: std::alloc::Layout) -> Option<(usize, std::alloc::Layout)> {
-    if layout.align() > 16 || layout.size() == 0 {
-        return None;
-    }
-    let c = BLOCK_CLASSES.iter().position(|&size| layout.size() <= size)?;
-    Some((c, class_layout(c)))
-}
-
-/// The layout every block of class `c` is allocated with.
-#[inline(always)]
-fn class_layout(c: usize) -> std::alloc::Layout {
-    // A power of two >= 64 with alignment 16: always a valid layout.
-    std::alloc::Layout::from_size_align(BLOCK_CLASSES[c], 16).expect("block class layout")
-}
-
-/// Allocates a block for `layout` (non-zero size), from this scheduler thread's cache when
-/// it has one of the right class. For the short-lived cells of a request/reply (a call's
-/// oneshot), whose malloc + free was ~10 % of a gen_server call (outputs/history.md,
-/// finding 16). Free it with [`free_block`] and the same layout, from any thread.
-#[inline]
-pub(crate) fn alloc_block(layout: std::alloc::Layout) -> *mut u8 {
-    let Some((c, class)) = block_class(layout) else {
-        // SAFETY: the callers never pass a zero-size layout.
-        return unsafe { std::alloc::alloc(layout) };
-    };
-    let w = current_worker();
-    if !w.is_null() {
-        // SAFETY: this thread's live worker; its cells are only touched by this thread.
-        let w = unsafe { &*w };
-        let head = w.block_heads[c].get();
-        if !head.is_null() {
-            // SAFETY: a cached free block; its first word holds the next free block.
-            w.block_heads[c].set(unsafe { *(head as *mut *mut u8) });
-            w.block_counts[c].set(w.block_counts[c].get() - 1);
-            return head;
-        }
-    }
-    // SAFETY: the class layout has a non-zero size.
-    unsafe { std::alloc::alloc(class) }
-}
-
-/// Frees a block from [`alloc_block`].
-///
-/// # Safety
-/// `ptr` came from `alloc_block(layout)` with this `layout` and is not used afterwards.
-#[inline]
-pub(crate) unsafe fn free_block(ptr: *mut u8, layout: std::alloc::Layout) {
-    let Some((c, class)) = block_class(layout) else {
-        // SAFETY: forwarded: allocated by the global allocator with `layout`.
-        return unsafe { std::alloc::dealloc(ptr, layout) };
-    };
-    let w = current_worker();
-    if !w.is_null() {
-        // SAFETY: this thread's live worker.
-        let w = unsafe { &*w };
-        if w.block_counts[c].get() < BLOCK_CACHE_MAX {
-            // SAFETY: the block is ours now and at least 64 bytes, 16-aligned.
-            unsafe { *(ptr as *mut *mut u8) = w.block_heads[c].get() };
-            w.block_heads[c].set(ptr);
-            w.block_counts[c].set(w.block_counts[c].get() + 1);
-            return;
-        }
-    }
-    // SAFETY: every block of this class was allocated with the class layout.
-    unsafe { std::alloc::dealloc(ptr, class) }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        for (c, head) in self.block_heads.iter().enumerate() {
-            let class = class_layout(c);
-            let mut p = head.get();
-            while !p.is_null() {
-                // SAFETY: a cached free block of this class; read its link before freeing.
-                unsafe {
-                    let next = *(p as *mut *mut u8);
-                    std::alloc::dealloc(p, class);
-                    p = next;
-                }
-            }
-        }
-    }
-}
-
-/// A lazy park timeout not yet on the wheel.
-#[derive(Clone, Copy)]
-struct PendingTimeout {
-    index: u32,
-    /// The worker's round counter when the actor parked.
-    tick: u32,
-    seq: u64,
-}
-
-/// Rounds a lazy timeout waits before it is armed: an actor woken within that many
-/// scheduling rounds (the common case for a call's reply) never touches the wheel.
-const LAZY_ARM_ROUNDS: u32 = 2;
-
-/// A worker's pending lazy timeouts: a bounded FIFO touched only by its own thread (the
-/// scheduler and the actor it runs), so plain `Cell`s suffice. The newest entry can also be
-/// taken back by the actor that made it ([`PendingRing::take_newest`]).
-struct PendingRing {
-    /// An array, not a slice: its length is a constant, so indexing needs no bounds check.
-    buf: Box<[Cell<PendingTimeout>; PENDING_CAP as usize]>,
-    /// Free-running positions; `tail - head` entries, at `pos % PENDING_CAP`.
-    head: Cell<u32>,
-    tail: Cell<u32>,
-}
-
-/// Entries a worker holds before it arms the oldest at once (a power of two).
-const PENDING_CAP: u32 = 256;
-
-impl PendingRing {
-    fn new() -> PendingRing {
-        let empty = PendingTimeout { index: NONE, tick: 0, seq: 0 };
-        PendingRing { buf: Box::new(std::array::from_fn(|_| Cell::new(empty))), head: Cell::new(0), tail: Cell::new(0) }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.head.get() == self.tail.get()
-    }
-
-    fn is_full(&self) -> bool {
-        self.tail.get().wrapping_sub(self.head.get()) == PENDING_CAP
-    }
-
-    fn cell(&self, pos: u32) -> &Cell<PendingTimeout> {
-        // The index is reduced modulo the buffer's length: never out of bounds.
-        &self.buf[(pos % PENDING_CAP) as usize]
-    }
-
-    /// Appends an entry; the caller made room (`is_full` is false).
-    fn push(&self, p: PendingTimeout) {
-        debug_assert!(!self.is_full());
-        let t = self.tail.get();
-        self.cell(t).set(p);
-        self.tail.set(t.wrapping_add(1));
-    }
-
-    fn front(&self) -> Option<PendingTimeout> {
-        (!self.is_empty()).then(|| self.cell(self.head.get()).get())
-    }
-
-    fn pop_front(&self) {
-        debug_assert!(!self.is_empty());
-        self.head.set(self.head.get().wrapping_add(1));
-    }
-
-    /// Removes the newest entry if it is request `seq` of actor `index`.
-    fn take_newest(&self, index: u32, seq: u64) -> bool {
-        if self.is_empty() {
-            return false;
-        }
-        let last = self.tail.get().wrapping_sub(1);
-        let p = self.cell(last).get();
-        if p.index != index || p.seq != seq {
-            return false;
-        }
-        self.tail.set(last);
-        true
-    }
+    pub(super) pending_timeouts: PendingRing,
+    /// This thread's cache of small blocks (see `blocks`).
+    pub(super) blocks: BlockCache,
 }
 
 impl Worker {
@@ -661,61 +491,6 @@ impl Worker {
         Shared::retired(&self.shared, was_root);
     }
 
-    /// Moves lazy timeouts onto the wheel: those at least `LAZY_ARM_ROUNDS` rounds old, or
-    /// all of them (`all`, before this thread idles). Requests whose actor was woken or
-    /// disarmed meanwhile are dropped with one load each.
-    fn arm_timeouts(&self, all: bool) {
-        let q = &self.pending_timeouts;
-        if q.is_empty() {
-            return;
-        }
-        let tick = self.tick.get();
-        let mut now = None;
-        let mut earliest = false;
-        while let Some(p) = q.front() {
-            if !all && tick.wrapping_sub(p.tick) < LAZY_ARM_ROUNDS {
-                break;
-            }
-            q.pop_front();
-            earliest |= self.arm_one(p, &mut now);
-        }
-        if earliest && !all {
-            // As in `park_until`: an idle thread may be parked with a later timeout.
-            self.shared.wake_one();
-        }
-    }
-
-    /// Puts one pending request on the wheel if it is still pending and its actor still
-    /// parked. Returns whether it became the wheel's earliest deadline.
-    fn arm_one(&self, p: PendingTimeout, now: &mut Option<Instant>) -> bool {
-        let sh = &*self.shared;
-        let slot = sh.slab.slot(p.index);
-        // Acquire: pairs with the Release store of PENDING (makes `lazy_timeout` visible).
-        if slot.lazy.load(Ordering::Acquire) != lazy::lazy_word(p.seq, lazy::LAZY_PENDING) {
-            return false;
-        }
-        // Woken already (QUEUED or running again): it disarms itself when it resumes.
-        let Some(pid) = sh.slab.parked_pid(p.index) else { return false };
-        let now = *now.get_or_insert_with(Instant::now);
-        lazy::arm(&sh.timers, slot, pid, p.seq, now)
-    }
-
-    /// Notes a lazy timeout request of the running actor `index` (see `park_timeout`). A
-    /// full ring first arms its oldest entry (early arming is never early firing: the
-    /// timeout then counts from now, after the park began).
-    fn note_pending_timeout(&self, index: u32, seq: u64) {
-        let q = &self.pending_timeouts;
-        if q.is_full() {
-            if let Some(oldest) = q.front() {
-                q.pop_front();
-                if self.arm_one(oldest, &mut None) {
-                    self.shared.wake_one();
-                }
-            }
-        }
-        q.push(PendingTimeout { index, tick: self.tick.get(), seq });
-    }
-
     fn idle_wait(&self) {
         let sh = &*self.shared;
         self.arm_timeouts(true);
@@ -766,8 +541,7 @@ pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
         inbox_yielded: Cell::new(false),
         parked_unwinders: Cell::new(0),
         pending_timeouts: PendingRing::new(),
-        block_heads: Default::default(),
-        block_counts: Default::default(),
+        blocks: BlockCache::default(),
     };
     set_current_worker(&worker);
     let initial_fp = fp_control_read();
@@ -816,89 +590,6 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
     std::process::abort();
 }
 
-/// The running actor (slot) is itself unwinding. std's `panicking()` is per *thread*: while
-/// actor A is parked mid-unwind on this thread, every other actor here sees `true`. So an
-/// actor counts as unwinding if the thread panics and either it marked itself (the panic
-/// hook, or `check_cancelled`, mark the actor that starts an unwind) or no parked unwinder
-/// on this thread could explain the panic. A stale mark (a panic the actor caught) is
-/// cleared once the thread no longer panics.
-#[inline(always)]
-fn actor_unwinding(slot: &Slot) -> bool {
-    if !thread_panicking() {
-        let cell = slot.cell.get();
-        // SAFETY: the running actor's own control block.
-        unsafe {
-            if (*cell).unwinding {
-                (*cell).unwinding = false;
-            }
-        }
-        return false;
-    }
-    actor_unwinding_slow(slot)
-}
-
-#[cold]
-#[inline(never)]
-fn actor_unwinding_slow(slot: &Slot) -> bool {
-    let cell = slot.cell.get();
-    // SAFETY: as above.
-    if unsafe { (*cell).unwinding } {
-        return true;
-    }
-    let w = current_worker();
-    // SAFETY: called from a running actor, so this thread has a live worker.
-    if unsafe { &*w }.parked_unwinders.get() != 0 {
-        // Another actor parked mid-unwind explains the panic count (std's count reads only
-        // as a boolean, so an unwind this actor began without the hook is invisible here).
-        return false;
-    }
-    // No parked unwinder: the panic is this actor's. Mark it, so that it is still known
-    // to be unwinding at a later park, when other unwinders may be parked beside it.
-    // SAFETY: the running actor's own control block.
-    unsafe { (*cell).unwinding = true };
-    true
-}
-
-/// Makes the running actor end with `reason` when its body returns (see
-/// `ActorCell::exit_override`). Off an actor it does nothing.
-pub(crate) fn set_current_exit_override(reason: DownReason) {
-    let w = current_worker();
-    if w.is_null() {
-        return;
-    }
-    // SAFETY: this thread's live worker.
-    if let Some(slot) = unsafe { &*w }.current_slot() {
-        // SAFETY: the running actor's own control block.
-        unsafe { (*slot.cell.get()).exit_override = Some(Box::new(reason)) };
-    }
-}
-
-/// Takes the running actor's exit override, if it set one.
-pub(crate) fn take_current_exit_override() -> Option<DownReason> {
-    let w = current_worker();
-    if w.is_null() {
-        return None;
-    }
-    // SAFETY: this thread's live worker.
-    let slot = unsafe { &*w }.current_slot()?;
-    // SAFETY: the running actor's own control block.
-    unsafe { (*slot.cell.get()).exit_override.take() }.map(|b| *b)
-}
-
-/// Marks the running actor as unwinding. smarm's panic hook does it for panics; every
-/// `resume_unwind` inside smarm calls it first (a `resume_unwind` bypasses the hook).
-pub(crate) fn mark_current_unwinding() {
-    let w = current_worker();
-    if w.is_null() {
-        return;
-    }
-    // SAFETY: this thread's live worker.
-    if let Some(slot) = unsafe { &*w }.current_slot() {
-        // SAFETY: the running actor's own control block.
-        unsafe { (*slot.cell.get()).unwinding = true };
-    }
-}
-
 /// Suspends the running actor (on `w`'s thread) with `intent`; returns once resumed,
 /// possibly on another thread. Returns the actor's slot (stable across migration).
 ///
@@ -907,7 +598,7 @@ pub(crate) fn mark_current_unwinding() {
 /// other context and mispredicts, so the resumed path should return as little as possible.
 /// Measured: an out-of-line `switch_out` cost ~23 ticks per yield round trip (outputs/history.md).
 #[inline(always)]
-fn switch_out(w: &Worker, intent: u8) -> (&'static Slot, &'static Worker) {
+pub(super) fn switch_out(w: &Worker, intent: u8) -> (&'static Slot, &'static Worker) {
     let index = w.current.get();
     // SAFETY: the slab lives as long as the runtime, which outlives its actors; detaching
     // the lifetime from `w` lets us use the slot after `w` is gone (after migration).
@@ -996,7 +687,7 @@ fn resumed(slot: &Slot, index: u32, pin: u32, resume_value: usize) -> &'static W
 /// performs the park transition (`finish_hand_off`), exactly as the scheduler would after
 /// a switch back, so no waker can resume it while its stack is still in use.
 #[inline(always)]
-fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worker)> {
+pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worker)> {
     let next = w.wake_slot.get();
     if next == NONE {
         return None;
@@ -1091,100 +782,6 @@ fn finish_hand_off(w: &Worker, prev: u32, prev_slot: &Slot) {
     }
 }
 
-/// The reason the running actor has been asked to stop, if any (None off an actor, and for
-/// a request the actor defers, see `defer_stops`), and whether that request was raised in it
-/// as an unwind (`ActorCell::stop_raised`).
-pub(crate) fn current_cancel_reason() -> Option<(DownReason, bool)> {
-    let w = current_worker();
-    if w.is_null() {
-        return None;
-    }
-    // SAFETY: this thread's live worker.
-    let slot = unsafe { &*w }.current_slot()?;
-    // SAFETY: the running actor's own control block.
-    let (raised, deferred) = unsafe { ((*slot.cell.get()).stop_raised, (*slot.cell.get()).defer_stops) };
-    cancel_reason(slot).filter(|r| !deferred || *r == DownReason::Killed).map(|r| (r, raised))
-}
-
-/// From now on the running actor neither raises nor ends with a stop request other than a
-/// kill (`ActorCell::defer_stops`): the root, whose body has returned, while it stops the
-/// supervision trees. A request already pending still decides its exit reason (it came
-/// first), without cutting the stop of the trees short.
-pub(crate) fn defer_stops() {
-    let w = current_worker();
-    if w.is_null() {
-        return;
-    }
-    // SAFETY: this thread's live worker.
-    let Some(slot) = (unsafe { &*w }).current_slot() else { return };
-    if let Some(reason) = cancel_reason(slot) {
-        if reason != DownReason::Killed {
-            // SAFETY: the running actor's own control block.
-            unsafe { (*slot.cell.get()).exit_override = Some(Box::new(reason)) };
-        }
-    }
-    // SAFETY: the running actor's own control block.
-    unsafe { (*slot.cell.get()).defer_stops = true };
-}
-
-/// Unwinds the running actor if it has been asked to stop, unless it is already unwinding.
-#[inline(always)]
-fn check_cancelled(slot: &Slot) {
-    // Acquire: pairs with the Release store of the request.
-    if slot.cancel.load(Ordering::Acquire) != CANCEL_NONE {
-        check_cancelled_slow(slot);
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn check_cancelled_slow(slot: &Slot) {
-    if let Some(reason) = cancel_reason(slot) {
-        // SAFETY: the running actor's own control block.
-        if unsafe { (*slot.cell.get()).defer_stops } && reason != DownReason::Killed {
-            return;
-        }
-        if !actor_unwinding(slot) {
-            // SAFETY: the running actor's own control block.
-            unsafe {
-                (*slot.cell.get()).unwinding = true;
-                (*slot.cell.get()).stop_raised = true;
-            }
-            std::panic::resume_unwind(Box::new(Cancelled(reason)));
-        }
-    }
-}
-
-/// The reason the running actor has been asked to stop, if any.
-fn cancel_reason(slot: &Slot) -> Option<DownReason> {
-    // Acquire: pairs with the Release store of the request (and of an exit reason).
-    match slot.cancel.load(Ordering::Acquire) {
-        CANCEL_NONE => None,
-        CANCEL_SHUTDOWN => Some(DownReason::Shutdown),
-        CANCEL_KILL => Some(DownReason::Killed),
-        CANCEL_EXIT => {
-            let (shared, pid) = current_actor_pid()?;
-            // SAFETY: the runtime outlives its running actor.
-            let sh = unsafe { &*shared };
-            Some((sh.hooks.exit_reason)(sh, pid))
-        }
-        _ => Some(DownReason::Killed),
-    }
-}
-
-/// Unwinds the running actor if it has been asked to stop (for runtime calls that do not
-/// switch, e.g. `maybe_preempt`).
-pub(crate) fn check_cancelled_current() {
-    let w = current_worker();
-    if w.is_null() {
-        return;
-    }
-    // SAFETY: this thread's live worker.
-    if let Some(slot) = unsafe { &*w }.current_slot() {
-        check_cancelled(slot);
-    }
-}
-
 /// The running actor, as `(runtime, pid)`, if called from an actor.
 #[inline]
 pub(crate) fn current_actor_pid() -> Option<(*const Shared, Pid)> {
@@ -1200,7 +797,7 @@ pub(crate) fn current_actor_pid() -> Option<(*const Shared, Pid)> {
 /// This thread's worker, the running actor's index and its slot (stable across migration),
 /// if called from an actor. The worker must not be used after a switch.
 #[inline(always)]
-fn running_actor() -> Option<(&'static Worker, u32, &'static Slot)> {
+pub(super) fn running_actor() -> Option<(&'static Worker, u32, &'static Slot)> {
     let w = current_worker();
     if w.is_null() {
         return None;
@@ -1259,7 +856,7 @@ pub(crate) fn park_current() {
 /// Parks the running actor `slot` of worker `w` (see [`park_current`]); returns the worker
 /// of the thread it was resumed on.
 #[inline(always)]
-fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
+pub(super) fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
     // An actor being shut down while it unwinds must not block on something that may never
     // come; it yields instead and its caller's loop re-checks.
     let cancelled = slot.cancel.load(Ordering::Acquire) != CANCEL_NONE;
@@ -1275,224 +872,6 @@ fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
     w
 }
 
-/// Parks the caller (actor or thread) until woken or until `deadline` passes. Returns false,
-/// without parking, if the deadline has already passed; true otherwise. May return
-/// spuriously: callers re-check their condition and the clock.
-#[inline(always)]
-pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
-    let Some(deadline) = deadline else {
-        park_current();
-        return true;
-    };
-    let now = Instant::now();
-    if now >= deadline {
-        return false;
-    }
-    if park_timeout(deadline - now).is_none() {
-        std::thread::park_timeout(deadline - now);
-    }
-    true
-}
-
-/// Parks the running actor until woken or until at least `timeout` has passed. Returns
-/// None, doing nothing, off an actor; otherwise how the timeout ended. May return
-/// spuriously (woken with nothing to see): callers re-check their condition.
-///
-/// The timeout is *lazy* (see "Lazy timeouts" in `timer`): the request is noted on this
-/// thread and put on the timer wheel only if the actor is still parked a couple of rounds
-/// later, counting from then, so it never fires early and a prompt wake costs no wheel
-/// traffic and no clock read.
-pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
-    // The worker is not used after the switch in `park_current`.
-    let (w, index, slot) = running_actor()?;
-    // Relaxed: only this actor starts requests on its slot, and it ended the last one itself.
-    let seq = (slot.lazy.load(Ordering::Relaxed) >> 2) + 1;
-    // Relaxed: published by the Release store of the PENDING word just below.
-    // Saturating nanoseconds without `as_nanos`'s u128 arithmetic.
-    let nanos = timeout.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(timeout.subsec_nanos()));
-    slot.lazy_timeout.store(nanos, Ordering::Relaxed);
-    slot.lazy.store(lazy::lazy_word(seq, lazy::LAZY_PENDING), Ordering::Release);
-    w.note_pending_timeout(index, seq);
-    /// Ends the request on return or unwind, before this actor can end: the wheel never
-    /// holds a timeout of an actor that is gone (the `Waiter` contract).
-    struct Disarm {
-        shared: *const Shared,
-        slot: &'static Slot,
-        index: u32,
-        seq: u64,
-    }
-    impl Disarm {
-        /// `w`: the worker of the thread the actor now runs on.
-        fn finish(&self, w: &Worker) -> LazyEnd {
-            // Resumed on the thread it parked on, before that thread looked at the request:
-            // it is still the newest entry there, never seen by anyone (only this thread
-            // reads its ring), so it ends without the CAS against a concurrent arming.
-            if w.pending_timeouts.take_newest(self.index, self.seq) {
-                // Relaxed: nobody else looks at a request that is on no ring and no wheel.
-                self.slot.lazy.store(lazy::lazy_word(self.seq, lazy::LAZY_IDLE), Ordering::Relaxed);
-                return LazyEnd::Woken(None);
-            }
-            // SAFETY: the runtime outlives its running actor.
-            lazy::disarm(&unsafe { &*self.shared }.timers, self.slot, self.seq)
-        }
-    }
-    impl Drop for Disarm {
-        fn drop(&mut self) {
-            // Unwinding out of the park (the actor was stopped): on some thread's actor.
-            // SAFETY: a running actor's thread has a live worker.
-            self.finish(unsafe { &*current_worker() });
-        }
-    }
-    let guard = Disarm { shared: w.shared_ptr(), slot, index, seq };
-    let w = park_running(w, slot);
-    let end = guard.finish(w);
-    std::mem::forget(guard);
-    Some(end)
-}
-
-/// How long a blocking receive may wait, in the form that costs the least: a relative
-/// timeout is handed to the lazy park timeout as is, and turned into a deadline (one clock
-/// read) only if the wait has to park a second time.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum WaitLimit {
-    /// No limit.
-    Forever,
-    /// Until this instant.
-    Until(Instant),
-    /// At most this long from now (nothing parked yet).
-    For(Duration),
-    /// Parked once for this long and woken before its lazy timeout was armed, that is
-    /// within the few scheduling rounds before arming: from the next park on it counts from
-    /// a fresh clock read (late by at most those rounds, never early). Woken after the
-    /// arming, the limit becomes `Until` the armed deadline instead, so a wait that is woken
-    /// without its condition (a selective receive seeing other messages) keeps its deadline.
-    Resumed(Duration),
-}
-
-impl WaitLimit {
-    /// A limit of `timeout` from now (None: forever).
-    pub(crate) fn from_timeout(timeout: Option<Duration>) -> WaitLimit {
-        timeout.map_or(WaitLimit::Forever, WaitLimit::For)
-    }
-
-    /// The limit as a deadline (reads the clock for a relative limit).
-    pub(crate) fn deadline(&self) -> Option<Instant> {
-        match *self {
-            WaitLimit::Forever => None,
-            WaitLimit::Until(d) => Some(d),
-            WaitLimit::For(t) | WaitLimit::Resumed(t) => Some(crate::wheel::deadline_after(Instant::now(), t)),
-        }
-    }
-
-    /// Parks the caller (actor or thread) within the limit. Returns true when the limit has
-    /// passed (the caller takes a last look at its condition and times out); false when
-    /// woken, possibly spuriously. Registers the caller's waiter before calling this.
-    #[inline(always)]
-    pub(crate) fn park(&mut self) -> bool {
-        // The two common cases inline; the rest (and a thread's park) out of line.
-        match *self {
-            WaitLimit::Forever => {
-                park_current();
-                false
-            }
-            WaitLimit::For(t) if !t.is_zero() => match park_timeout(t) {
-                Some(LazyEnd::Fired) => true,
-                // Woken first: the next park waits for what is left of the limit.
-                Some(LazyEnd::Woken(Some(deadline))) => {
-                    *self = WaitLimit::Until(deadline);
-                    false
-                }
-                Some(LazyEnd::Woken(None)) => {
-                    *self = WaitLimit::Resumed(t);
-                    false
-                }
-                None => self.park_slow(),
-            },
-            _ => self.park_slow(),
-        }
-    }
-
-    /// `park` for a deadline, a poll, a second park, and a thread's timed park (a relative
-    /// limit reaches here only off an actor: `park` tried the lazy timeout first).
-    #[cold]
-    #[inline(never)]
-    fn park_slow(&mut self) -> bool {
-        match *self {
-            WaitLimit::Forever => {
-                park_current();
-                false
-            }
-            WaitLimit::Until(d) => !park_until(Some(d)),
-            // A zero timeout polls: the limit has passed without parking.
-            WaitLimit::For(t) if t.is_zero() => true,
-            WaitLimit::For(t) | WaitLimit::Resumed(t) => {
-                *self = WaitLimit::Until(crate::wheel::deadline_after(Instant::now(), t));
-                self.park_slow()
-            }
-        }
-    }
-}
-
-/// Parks the calling actor for at least `d`; see [`crate::sleep`].
-pub(crate) fn sleep(d: Duration) {
-    if current_actor_pid().is_none() {
-        std::thread::sleep(d);
-        return;
-    }
-    if d.is_zero() {
-        yield_now();
-        return;
-    }
-    let deadline = crate::wheel::deadline_after(Instant::now(), d);
-    while park_until(Some(deadline)) {}
-}
-
-/// Installs, once per process, the panic hook that names actors and the stack-overflow
-/// handler.
-pub(crate) fn install_process_hooks() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let prev = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            mark_current_unwinding();
-            let Some((shared, pid)) = current_actor_pid() else { return prev(info) };
-            // SAFETY: the runtime outlives its running actor.
-            if unsafe { (*shared).config.quiet_panics } {
-                return;
-            }
-            let payload = info.payload();
-            let msg = payload
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| payload.downcast_ref::<String>().map(|s| s.as_str()))
-                .unwrap_or("Box<dyn Any>");
-            match info.location() {
-                Some(loc) => eprintln!("smarm: actor {pid} panicked at {loc}:\n{msg}"),
-                None => eprintln!("smarm: actor {pid} panicked:\n{msg}"),
-            }
-        }));
-    });
-    stack::install_overflow_handler(current_guard);
-}
-
-/// For the overflow handler: the guard page and identity of the actor running here.
-fn current_guard() -> Option<(usize, usize, u32, u32, usize)> {
-    let w = current_worker();
-    if w.is_null() {
-        return None;
-    }
-    // SAFETY: this thread's live worker (the handler runs on the faulting thread).
-    let w = unsafe { &*w };
-    let pid = w.current_pid()?;
-    let cell = w.shared.slab.slot(pid.index()).cell.get();
-    // SAFETY: the running actor's control block; the fields are plain integers.
-    let (base, len) = unsafe { ((*cell).stack_base, (*cell).stack_len) };
-    if len == 0 {
-        return None;
-    }
-    Some((base, base + GUARD_BYTES, pid.index(), pid.generation(), len - GUARD_BYTES))
-}
-
 /// The scheduler thread index recorded in the running actor's control block by the
 /// scheduler that resumed it (the scheduler's notion of where the actor runs), for tests
 /// that compare it with `current_worker`'s (the thread-local's notion).
@@ -1505,44 +884,4 @@ pub fn scheduler_assigned_thread() -> Option<usize> {
     let slot = unsafe { &*w }.current_slot()?;
     // SAFETY: the running actor's own control block.
     Some(unsafe { (*slot.cell.get()).assigned_thread })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{PendingRing, PendingTimeout, PENDING_CAP};
-
-    fn entry(index: u32, seq: u64) -> PendingTimeout {
-        PendingTimeout { index, tick: 0, seq }
-    }
-
-    #[test]
-    fn pending_ring_is_fifo_across_wraparound_and_reports_full() {
-        let q = PendingRing::new();
-        for round in 0..3u64 {
-            for i in 0..PENDING_CAP {
-                assert!(!q.is_full());
-                q.push(entry(i, round));
-            }
-            assert!(q.is_full());
-            for i in 0..PENDING_CAP {
-                let p = q.front().expect("entry");
-                assert_eq!((p.index, p.seq), (i, round));
-                q.pop_front();
-            }
-            assert!(q.is_empty() && q.front().is_none());
-        }
-    }
-
-    #[test]
-    fn pending_ring_gives_back_only_the_matching_newest_entry() {
-        let q = PendingRing::new();
-        assert!(!q.take_newest(1, 1));
-        q.push(entry(1, 1));
-        q.push(entry(2, 7));
-        assert!(!q.take_newest(1, 1), "not the newest");
-        assert!(!q.take_newest(2, 6), "another request of the same actor");
-        assert!(q.take_newest(2, 7));
-        assert!(q.take_newest(1, 1));
-        assert!(q.is_empty());
-    }
 }

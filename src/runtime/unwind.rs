@@ -1,0 +1,139 @@
+//! Unwinding actors: which actor of a thread is unwinding (std's panic count is per thread),
+//! the exit reason a behaviour chose for itself, and the process-wide panic hook and
+//! stack-overflow handler.
+
+use std::sync::Once;
+
+use super::worker::{current_actor_pid, current_worker, thread_panicking};
+use crate::exit::DownReason;
+use crate::slot_state::Slot;
+use crate::stack::{self, GUARD_BYTES};
+
+/// The running actor (slot) is itself unwinding. std's `panicking()` is per *thread*: while
+/// actor A is parked mid-unwind on this thread, every other actor here sees `true`. So an
+/// actor counts as unwinding if the thread panics and either it marked itself (the panic
+/// hook, or `check_cancelled`, mark the actor that starts an unwind) or no parked unwinder
+/// on this thread could explain the panic. A stale mark (a panic the actor caught) is
+/// cleared once the thread no longer panics.
+#[inline(always)]
+pub(super) fn actor_unwinding(slot: &Slot) -> bool {
+    if !thread_panicking() {
+        let cell = slot.cell.get();
+        // SAFETY: the running actor's own control block.
+        unsafe {
+            if (*cell).unwinding {
+                (*cell).unwinding = false;
+            }
+        }
+        return false;
+    }
+    actor_unwinding_slow(slot)
+}
+
+#[cold]
+#[inline(never)]
+fn actor_unwinding_slow(slot: &Slot) -> bool {
+    let cell = slot.cell.get();
+    // SAFETY: as above.
+    if unsafe { (*cell).unwinding } {
+        return true;
+    }
+    let w = current_worker();
+    // SAFETY: called from a running actor, so this thread has a live worker.
+    if unsafe { &*w }.parked_unwinders.get() != 0 {
+        // Another actor parked mid-unwind explains the panic count (std's count reads only
+        // as a boolean, so an unwind this actor began without the hook is invisible here).
+        return false;
+    }
+    // No parked unwinder: the panic is this actor's. Mark it, so that it is still known
+    // to be unwinding at a later park, when other unwinders may be parked beside it.
+    // SAFETY: the running actor's own control block.
+    unsafe { (*cell).unwinding = true };
+    true
+}
+
+/// Makes the running actor end with `reason` when its body returns (see
+/// `ActorCell::exit_override`). Off an actor it does nothing.
+pub(crate) fn set_current_exit_override(reason: DownReason) {
+    let w = current_worker();
+    if w.is_null() {
+        return;
+    }
+    // SAFETY: this thread's live worker.
+    if let Some(slot) = unsafe { &*w }.current_slot() {
+        // SAFETY: the running actor's own control block.
+        unsafe { (*slot.cell.get()).exit_override = Some(Box::new(reason)) };
+    }
+}
+
+/// Takes the running actor's exit override, if it set one.
+pub(crate) fn take_current_exit_override() -> Option<DownReason> {
+    let w = current_worker();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: this thread's live worker.
+    let slot = unsafe { &*w }.current_slot()?;
+    // SAFETY: the running actor's own control block.
+    unsafe { (*slot.cell.get()).exit_override.take() }.map(|b| *b)
+}
+
+/// Marks the running actor as unwinding. smarm's panic hook does it for panics; every
+/// `resume_unwind` inside smarm calls it first (a `resume_unwind` bypasses the hook).
+pub(crate) fn mark_current_unwinding() {
+    let w = current_worker();
+    if w.is_null() {
+        return;
+    }
+    // SAFETY: this thread's live worker.
+    if let Some(slot) = unsafe { &*w }.current_slot() {
+        // SAFETY: the running actor's own control block.
+        unsafe { (*slot.cell.get()).unwinding = true };
+    }
+}
+
+/// Installs, once per process, the panic hook that names actors and the stack-overflow
+/// handler.
+pub(crate) fn install_process_hooks() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            mark_current_unwinding();
+            let Some((shared, pid)) = current_actor_pid() else { return prev(info) };
+            // SAFETY: the runtime outlives its running actor.
+            if unsafe { (*shared).config.quiet_panics } {
+                return;
+            }
+            let payload = info.payload();
+            let msg = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(|s| s.as_str()))
+                .unwrap_or("Box<dyn Any>");
+            match info.location() {
+                Some(loc) => eprintln!("smarm: actor {pid} panicked at {loc}:\n{msg}"),
+                None => eprintln!("smarm: actor {pid} panicked:\n{msg}"),
+            }
+        }));
+    });
+    stack::install_overflow_handler(current_guard);
+}
+
+/// For the overflow handler: the guard page and identity of the actor running here.
+fn current_guard() -> Option<(usize, usize, u32, u32, usize)> {
+    let w = current_worker();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: this thread's live worker (the handler runs on the faulting thread).
+    let w = unsafe { &*w };
+    let pid = w.current_pid()?;
+    let cell = w.shared.slab.slot(pid.index()).cell.get();
+    // SAFETY: the running actor's control block; the fields are plain integers.
+    let (base, len) = unsafe { ((*cell).stack_base, (*cell).stack_len) };
+    if len == 0 {
+        return None;
+    }
+    Some((base, base + GUARD_BYTES, pid.index(), pid.generation(), len - GUARD_BYTES))
+}
