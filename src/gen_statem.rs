@@ -49,10 +49,9 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
+use crate::behaviour::{await_exit, call_with, exit_reason_now, exit_with, CallError, ExitCell, From, StartError};
 use crate::channel::{oneshot, watch, OneshotSender, WatchReceiver, WatchSender};
-use crate::gen_server::{
-    await_exit, call_with, exit_reason_now, exit_with, CallError, ExitCell, From, Info, StartError,
-};
+use crate::gen_server::Info;
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, DownReason};
 use crate::slot_state::Pid;
@@ -226,11 +225,11 @@ impl<M: GenStatem> fmt::Debug for StatemRef<M> {
 
 /// Starts a machine; returns once `init` has finished.
 pub fn start<M: GenStatem>(machine: M) -> Result<StatemRef<M>, StartError> {
-    start_opts(machine, crate::gen_server::StartOpts::default())
+    start_opts(machine, crate::behaviour::StartOpts::default())
 }
 
 /// Starts a machine with options (name, link).
-pub fn start_opts<M: GenStatem>(machine: M, opts: crate::gen_server::StartOpts) -> Result<StatemRef<M>, StartError> {
+pub fn start_opts<M: GenStatem>(machine: M, opts: crate::behaviour::StartOpts) -> Result<StatemRef<M>, StartError> {
     if let Some(name) = &opts.name {
         if let Some(pid) = crate::process::whereis(name) {
             return Err(StartError::AlreadyStarted(pid));

@@ -51,6 +51,8 @@
 mod actor;
 mod backoff;
 #[cfg(not(loom))]
+mod behaviour;
+#[cfg(not(loom))]
 pub mod channel;
 #[cfg(not(loom))]
 mod context;
