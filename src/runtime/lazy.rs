@@ -313,6 +313,7 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
     }
     impl Disarm {
         /// `w`: the worker of the thread the actor now runs on.
+        #[inline(always)]
         fn finish(&self, w: &Worker) -> LazyEnd {
             // Resumed on the thread it parked on, before that thread looked at the request:
             // it is still the newest entry there, never seen by anyone (only this thread
