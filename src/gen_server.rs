@@ -442,7 +442,8 @@ impl Drop for ExitCell {
 ///
 /// A crash was already caught once (to run `terminate`); the reason is handed to the actor's
 /// entry instead of being raised again, which would unwind the whole behaviour frame a
-/// second time (measured: two-thirds of a supervised restart's instructions were unwinding).
+/// second time (that second unwind would be most of a supervised restart's cost:
+/// outputs/history.md, finding 27).
 /// An actor that is being stopped (kill, exit signal, shutdown) still unwinds, so the rest
 /// of its teardown runs as a stopped actor's does (parks turn into yields).
 pub(crate) fn exit_with(mut cell: ExitCell, reason: DownReason) {

@@ -1,11 +1,11 @@
 //! The shared run queue: runnable actor slot indices, taken by any scheduler thread.
 //!
-//! Since the per-thread local queues (`local_queue`), this queue carries the work queued
-//! from outside a thread's own loop: spawns and wakes from other threads or plain threads,
-//! a full local queue's overflow, and yields while it already holds work. Yields, displaced
-//! wakes and spawns by actors mostly stay in local queues, so the backend choice below
-//! matters less than it did when this queue carried everything (outputs/history.md,
-//! findings 14 and 17).
+//! This queue carries the work queued from outside a thread's own loop: spawns and wakes
+//! from other threads or plain threads, a full local queue's overflow, and yields while it
+//! already holds work. Yields, displaced wakes and spawns by actors mostly stay in the
+//! per-thread local queues (`local_queue`), so this queue is rarely contended and the
+//! backend choice below is off the hot path of yield- and spawn-heavy work
+//! (outputs/history.md, findings 14, 17 and 28).
 //!
 //! # Backends
 //!
@@ -21,9 +21,9 @@
 //!   FIFO (fair by construction), lock-free (an OS-descheduled thread stalls one cell, not
 //!   the queue), the cheapest per operation (no probing, one lazily committed allocation,
 //!   `len`/`is_empty` read two counters), and the backend the loom models check (here and
-//!   in `runtime::idle`). On the 2-core machine smarm is developed on, neither alternative
-//!   was clearly faster in the `general` bench's `yield_many`/`spawn_many`; striping is for
-//!   many threads contending on the two counters.
+//!   in `runtime::idle`). Neither alternative is clearly faster on two cores
+//!   (outputs/history.md, findings 14 and 28); striping is for many threads contending on
+//!   the two counters.
 //! - `rq-striped`: `StripedRing`, `StripedRing::STRIPES` `MpmcRing`s. A scheduler thread
 //!   pushes to and pops from its *home* stripe (thread index mod stripes), probing the other
 //!   stripes on a miss; a push skips a stripe whose next cell is frozen by a stalled

@@ -288,8 +288,8 @@ pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
 /// None, doing nothing, off an actor; otherwise how the timeout ended. May return
 /// spuriously (woken with nothing to see): callers re-check their condition.
 ///
-/// The timeout is *lazy* (see "Lazy timeouts" in `timer`): the request is noted on this
-/// thread and put on the timer wheel only if the actor is still parked a couple of rounds
+/// The timeout is *lazy* (see the module doc): the request is noted on this thread and put
+/// on the timer wheel only if the actor is still parked a couple of rounds
 /// later, counting from then, so it never fires early and a prompt wake costs no wheel
 /// traffic and no clock read.
 pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {

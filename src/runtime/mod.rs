@@ -2,7 +2,9 @@
 //! ([`Shared`]), spawning, waking, and the shutdown that follows the root actor's return.
 //!
 //! The per-thread scheduler loop, the wake slot and the actor-side switch live in
-//! [`worker`]; the sleep/wake protocol of idle threads in [`idle`].
+//! [`worker`]; the sleep/wake protocol of idle threads in [`idle`]; lazy park timeouts in
+//! `lazy`; stop requests in `cancel`; unwinding marks and the panic hook in `unwind`; the
+//! per-thread block cache in `blocks`.
 //!
 //! # Shutdown (root exit), step by step
 //!
@@ -701,7 +703,7 @@ impl Diagnostics {
         self.shared.run_queue.len() + self.shared.locals.iter().map(|q| q.len()).sum::<usize>()
     }
     /// Deadlines on the runtime's timer wheel (armed timeouts, sleeps, `send_after`).
-    /// Timed waits that end promptly never reach it (lazy timeouts, see the `timer` docs).
+    /// Timed waits that end promptly never reach it (lazy timeouts, see `lazy`).
     pub fn pending_timers(&self) -> usize {
         self.shared.timers.pending()
     }

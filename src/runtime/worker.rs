@@ -13,7 +13,7 @@
 //!
 //! In order, each round takes the first of:
 //! 1. due timers (every 64 rounds, and whenever idle), then lazy timeouts old enough to arm
-//!    (see `timer`);
+//!    (see `lazy`);
 //! 2. this thread's private inbox (actors pinned here while unwinding);
 //! 3. the wake slot, unless it has served `lifo_run_limit` runs in a row, in which case its
 //!    occupant goes to this thread's local queue, behind the work it kept waiting (with
@@ -45,17 +45,17 @@
 //! The wake slot is empty whenever the thread parks (it is drained by step 3 before step 6
 //! is reached), and so is the local queue (step 4).
 //!
-//! # Departures from DESIGN.md, and why
+//! # Why displaced work stays on this thread, and a park may hand the thread over
 //!
-//! - DESIGN.md sends what the wake slot displaces "to the shared queue, never to private
-//!   storage". Here it goes to the thread's local queue, which is not private: any thread
-//!   steals from it, an idle thread finds it (`stealable` is part of the idle re-check), and
-//!   a thread with more than one queued job nudges a sleeper. The one shared ring made every
-//!   yield and spawn a cross-core cache-line transfer at 2T (`yield_many` 2T 4.4x tokio,
-//!   outputs/history.md findings 15 and 17).
+//! - What the wake slot displaces goes to the thread's local queue, which is never private:
+//!   any thread steals from it, an idle thread finds it (`stealable` is part of the idle
+//!   re-check), and a thread with more than one queued job nudges a sleeper. Keeping it off
+//!   the shared queue keeps yields and spawns free of cross-core cache-line transfers
+//!   (outputs/history.md, findings 15 and 17).
 //! - A parking actor may hand the thread straight to the wake slot's occupant instead of
-//!   returning to the scheduler stack (`hand_off_park`); the slot, the lifo limit, the timer
-//!   cadence and the pinned inbox are honoured exactly as a scheduler round would (finding 16).
+//!   returning to the scheduler stack (`hand_off_park`): one switch instead of two, and no
+//!   scheduler round. The slot, the lifo limit, the timer cadence and the pinned inbox are
+//!   honoured exactly as a scheduler round would (finding 16).
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -149,7 +149,7 @@ pub(crate) struct Worker {
     /// panic hook that marks actors was replaced by the user.
     pub(super) parked_unwinders: Cell<u32>,
     /// Lazy park timeouts requested by actors that parked on this thread, oldest first
-    /// (see "Lazy timeouts" in the `timer` module doc).
+    /// (see the `lazy` module doc).
     pub(super) pending_timeouts: PendingRing,
     /// This thread's cache of small blocks (see `blocks`).
     pub(super) blocks: BlockCache,
@@ -596,7 +596,8 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
 /// Always inlined (with `yield_now` and `check_cancelled`'s fast path): after a resume, every
 /// `ret` executed before the next switch pops a return-stack-buffer entry that belongs to the
 /// other context and mispredicts, so the resumed path should return as little as possible.
-/// Measured: an out-of-line `switch_out` cost ~23 ticks per yield round trip (outputs/history.md).
+/// Out of line, `switch_out` costs ~23 ticks more per yield round trip (outputs/history.md,
+/// finding 5).
 #[inline(always)]
 pub(super) fn switch_out(w: &Worker, intent: u8) -> (&'static Slot, &'static Worker) {
     let index = w.current.get();
