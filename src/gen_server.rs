@@ -149,9 +149,9 @@ impl<R: Send> From<R> {
         let tx = self.tx.take().expect("gen_server: From::defer called twice");
         // A reply into an actor's frame names a word in its runtime's slab; out of the
         // server's hands it keeps that runtime alive (see the `reply` module).
-        // SAFETY: `defer` is called by the server, an actor of the caller's runtime
-        // (`call_with` makes actor replies only for those).
         let runtime = match &tx {
+            // SAFETY: `defer` is called by the server, an actor of the caller's runtime
+            // (`call_with` makes actor replies only for those).
             Reply::Frame(s) => Some(unsafe { s.runtime() }),
             Reply::Channel(_) => None,
         };

@@ -368,13 +368,13 @@ impl Worker {
             let index = self.current.get();
             let cell = sh.slab.slot(index).cell.get();
             self.slice_start.set(0);
-            // SAFETY: the actor is ours (claimed) and its saved sp is a suspended context on
-            // its live stack.
             #[cfg(smarm_asan)]
             let mut asan_save = core::ptr::null_mut();
             #[cfg(smarm_asan)]
             // SAFETY: the claimed actor's control block, its stack bound by `prepare_to_run`.
             crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*cell) });
+            // SAFETY: the actor is ours (claimed) and its saved sp is a suspended context on
+            // its live stack.
             let sp = unsafe { switch_to_actor((*cell).sp, &raw mut (*cell).sched_sp, self as *const Worker as usize) };
             #[cfg(smarm_asan)]
             crate::context::asan::arrive(asan_save);
@@ -563,6 +563,12 @@ unsafe fn actor_stack(cell: &crate::actor::ActorCell) -> (usize, usize) {
 }
 
 /// First function on every actor stack (called by the trampoline with the slot).
+///
+/// # Safety
+/// Called only by the context trampoline, as the `context::EntryFn` of a stack bound by
+/// `prepare_to_run`: `arg` is the actor's `Slot` (of a live runtime, which
+/// outlives the actor), the actor is claimed and its control block holds its task, and
+/// `resume_value` is the resuming thread's worker.
 pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usize) -> ! {
     #[cfg(smarm_asan)]
     crate::context::asan::arrive(core::ptr::null_mut());
@@ -744,14 +750,14 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
     w.slice_start.set(0);
     #[cfg(debug_assertions)]
     crate::raw_mutex::order::assert_none_held();
-    // SAFETY: `next` is claimed and its saved sp is a suspended context (or a fresh one just
-    // bound); its `sched_sp` is set; `handed_from` names us, and nobody can resume us
-    // before `next` has completed our park (we are RUNNING until then).
     #[cfg(smarm_asan)]
     let mut asan_save = core::ptr::null_mut();
     #[cfg(smarm_asan)]
     // SAFETY: `next`'s control block, claimed and prepared (its stack bound).
     crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*next_cell) });
+    // SAFETY: `next` is claimed and its saved sp is a suspended context (or a fresh one just
+    // bound); its `sched_sp` is set; `handed_from` names us, and nobody can resume us
+    // before `next` has completed our park (we are RUNNING until then).
     let resume_value =
         unsafe { crate::context::hand_off((*next_cell).sp, &raw mut (*cell).sp, w as *const Worker as usize) };
     #[cfg(smarm_asan)]
