@@ -311,6 +311,7 @@ pub(crate) fn setup_child(sh: &Shared, child: Pid, sink: Option<Arc<dyn SignalSi
 
 /// Adds a monitor on a not-yet-published child (spawn_monitor).
 pub(crate) fn setup_child_monitor(sh: &Shared, child: Pid, watcher_sink: Arc<dyn SignalSink>) -> MonitorRef {
+    // Relaxed: only uniqueness matters, which the RMW gives in any ordering.
     let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
     let lock = proc_lock(sh, child).expect("child slot");
     let mut slot = lock.lock();
@@ -344,6 +345,7 @@ pub(crate) fn current_sink() -> Arc<dyn SignalSink> {
 pub fn monitor(pid: Pid) -> MonitorRef {
     let (sh, me) = me("monitor");
     let sink = own_sink(sh, me);
+    // Relaxed: only uniqueness matters, which the RMW gives in any ordering.
     let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
     let mref = MonitorRef { id, target: pid };
     if let Some(lock) = proc_lock(sh, pid) {
@@ -520,6 +522,8 @@ fn request_stop(sh: &Shared, st: &mut ProcState, pid: Pid, code: u8, reason: Opt
         // Release: the target reads the reason after seeing the code (Acquire).
         cancel.store(code, Ordering::Release);
     } else if code == CANCEL_KILL && cur != CANCEL_KILL {
+        // Release: as above (a kill carries no reason, but the target's Acquire load of the
+        // code pairs with the latest store).
         cancel.store(CANCEL_KILL, Ordering::Release);
     }
 }

@@ -87,6 +87,7 @@ impl<T> RawMutex<T> {
             while self.locked.load(Ordering::Relaxed) {
                 backoff.snooze();
             }
+            // Acquire: as in `lock`, pairs with the holder's Release in `RawGuard::drop`.
             if !self.locked.swap(true, Ordering::Acquire) {
                 return;
             }

@@ -116,6 +116,9 @@ pub(crate) fn disarm(timers: &Timers, slot: &Slot, seq: u64) -> LazyEnd {
         debug_assert_eq!(cur, lazy_word(seq, LAZY_FIRED), "smarm: lazy request in an unexpected state");
         (None, LazyEnd::Fired)
     };
+    // Relaxed: the next reader of the word is this actor (numbering its next request; a
+    // migration is ordered by the state word), or an arming thread holding an older note,
+    // whose CAS fails on the seq whatever it sees.
     slot.lazy.store(idle, Ordering::Relaxed);
     drop(wheel);
     drop(removed);
@@ -301,6 +304,7 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
     // Saturating nanoseconds without `as_nanos`'s u128 arithmetic.
     let nanos = timeout.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(timeout.subsec_nanos()));
     slot.lazy_timeout.store(nanos, Ordering::Relaxed);
+    // Release: publishes `lazy_timeout` to the arming thread's Acquire load of this word.
     slot.lazy.store(lazy_word(seq, LAZY_PENDING), Ordering::Release);
     w.note_pending_timeout(index, seq);
     /// Ends the request on return or unwind, before this actor can end: the wheel never

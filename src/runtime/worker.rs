@@ -388,6 +388,8 @@ impl Worker {
                 (*cell).sp = sp;
                 (*cell).intent
             };
+            // Relaxed `pinned`: the actor wrote it in `switch_out` on this very thread, just
+            // before it switched back.
             if intent == INTENT_YIELD && self.nothing_else_runnable() && slot.pinned.load(Ordering::Relaxed) == UNPINNED
             {
                 // Fast path: resume the same actor at once. Its floating-point state is
@@ -509,6 +511,7 @@ impl Worker {
             !sh.run_queue.is_empty()
                 || !inbox.is_empty()
                 || self.stealable()
+                // Acquire: as in `run_loop`.
                 || sh.finished.load(Ordering::Acquire)
                 || sh.timers.due(Instant::now())
         };
@@ -866,6 +869,8 @@ pub(crate) fn park_current() {
 pub(super) fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
     // An actor being shut down while it unwinds must not block on something that may never
     // come; it yields instead and its caller's loop re-checks.
+    // Acquire: pairs with the Release store of a stop request (`stop_all`, `request_stop`),
+    // as in `check_cancelled`.
     let cancelled = slot.cancel.load(Ordering::Acquire) != CANCEL_NONE;
     let (slot, w) = if cancelled && actor_unwinding(slot) {
         switch_out(w, INTENT_YIELD)
