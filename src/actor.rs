@@ -77,6 +77,11 @@ pub(crate) struct ActorCell {
     pub(crate) exit_override: Option<Box<DownReason>>,
 }
 
+/// The type-erased head of a `Task<F, T>` (at offset 0): the three functions that know `F`
+/// and `T`. Each is unsafe to call: its argument must be the header of a live `Task` of the
+/// types the function was instantiated for (true when it is called through that same
+/// header, as the wrappers [`run`], [`notify`] and [`release`] do), and the wrapper's
+/// `# Safety` contract must hold.
 #[repr(C)]
 pub(crate) struct TaskHeader {
     /// Runs the closure (or drops it if the actor was cancelled before starting) and
@@ -122,6 +127,11 @@ where
     (header, JoinRef { packet, task, _t: PhantomData })
 }
 
+/// `TaskHeader::run` of a `Task<F, T>`.
+///
+/// # Safety
+/// `h` is the header of a live `Task<F, T>` (the control block's reference); called once,
+/// on the actor's own stack (see [`run`]).
 unsafe fn run_task<F, T>(h: NonNull<TaskHeader>, cancelled: Option<DownReason>) -> DownReason
 where
     F: FnOnce() -> T + Send + 'static,
@@ -182,12 +192,21 @@ fn call_caught<F: FnOnce() -> T, T>(f: F) -> std::thread::Result<T> {
     catch_unwind(AssertUnwindSafe(f))
 }
 
+/// `TaskHeader::notify` of a `Task<F, T>`.
+///
+/// # Safety
+/// `h` is the header of a live `Task<F, T>` whose closure has run (see [`notify`]).
 unsafe fn notify_task<F, T>(h: NonNull<TaskHeader>) {
     // SAFETY: `h` points at a live Task<F, T> (the control block still holds a reference).
     let task = unsafe { &*(h.as_ptr() as *const Task<F, T>) };
     task.packet.notify();
 }
 
+/// `TaskHeader::release` of a `Task<F, T>`.
+///
+/// # Safety
+/// `h` came from `Arc::into_raw` of an `Arc<Task<F, T>>` (in [`new_task`]) and this
+/// reference has not been released before; `h` is not used afterwards.
 unsafe fn release_task<F, T>(h: NonNull<TaskHeader>) {
     // SAFETY: `h` came from Arc::into_raw of an Arc<Task<F, T>> and this reference is
     // released once.

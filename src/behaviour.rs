@@ -46,9 +46,9 @@ impl<R: Send> From<R> {
         let tx = self.tx.take().expect("gen_server: From::defer called twice");
         // A reply into an actor's frame names a word in its runtime's slab; out of the
         // server's hands it keeps that runtime alive (see the `reply` module).
-        // SAFETY: `defer` is called by the server, an actor of the caller's runtime
-        // (`call_with` makes actor replies only for those).
         let runtime = match &tx {
+            // SAFETY: `defer` is called by the server, an actor of the caller's runtime
+            // (`call_with` makes actor replies only for those).
             Reply::Frame(s) => Some(unsafe { s.runtime() }),
             Reply::Channel(_) => None,
         };
@@ -276,7 +276,8 @@ impl Drop for ExitCell {
 ///
 /// A crash was already caught once (to run `terminate`); the reason is handed to the actor's
 /// entry instead of being raised again, which would unwind the whole behaviour frame a
-/// second time (measured: two-thirds of a supervised restart's instructions were unwinding).
+/// second time (that second unwind would be most of a supervised restart's cost:
+/// outputs/history.md, finding 27).
 /// An actor that is being stopped (kill, exit signal, shutdown) still unwinds, so the rest
 /// of its teardown runs as a stopped actor's does (parks turn into yields).
 pub(crate) fn exit_with(mut cell: ExitCell, reason: DownReason) {

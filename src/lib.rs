@@ -35,7 +35,7 @@
 //!   parked mid-unwind. The one case it cannot see: such an unwind that *begins* while
 //!   another actor of its thread is parked mid-unwind, and then parks in a destructor. That
 //!   actor is treated as running normally: it may migrate, and a `kill` raised in its
-//!   destructor aborts the process. End an actor with `panic!` or [`exit`] instead.
+//!   destructor aborts the process. End an actor with `panic!` or [`exit`](fn@exit) instead.
 //! - Internally smarm obeys the rule documented in `context.rs`: every thread-local
 //!   accessor reachable from an actor stack is out of line behind an asm barrier.
 //!

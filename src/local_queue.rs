@@ -3,13 +3,13 @@
 //!
 //! # Why
 //!
-//! With one shared run queue, every yield and every displaced wake on every thread is a CAS
-//! on the same two counters; on two cores that cache line ping-pongs on each operation
-//! (`outputs/history.md`, finding 15: `yield_many` at 2T ran 4.4x tokio's time). Work a
-//! thread queues for itself now stays in its own queue, whose counters live in its own
-//! cache unless another thread comes to steal. The shared queue (`run_queue`, the cargo
-//! backend) remains the door for work queued from outside (spawns, wakes from other threads
-//! or plain threads) and for the overflow of a full local queue.
+//! A run queue shared by all threads makes every yield and every displaced wake on every
+//! thread a CAS on the same two counters, and with several cores that cache line moves
+//! between them on each operation (outputs/history.md, findings 15 and 17). Work a thread
+//! queues for itself stays in its own queue, whose counters live in its own cache unless
+//! another thread comes to steal. The shared queue (`run_queue`, the cargo backend) is the
+//! door for work queued from outside (spawns, wakes from other threads or plain threads)
+//! and for the overflow of a full local queue.
 //!
 //! # Algorithm
 //!

@@ -2,7 +2,7 @@
 //! in arrival order, so "a message sent before an actor died arrives before its Down" falls
 //! out of the queue order, as in Erlang.
 //!
-//! [`spawn_actor`] gives the actor a [`Mailbox<M>`] and returns an [`Addr<M>`]: a cheap,
+//! [`spawn_actor`](crate::task::spawn_actor) gives the actor a [`Mailbox<M>`] and returns an [`Addr<M>`]: a cheap,
 //! cloneable handle carrying the pid. Sending to a dead actor is a silent no-op: the
 //! mailbox belongs to one occupancy of a slot, so a newer actor in the same slot never
 //! receives it. Plain `spawn` actors get a signal-only mailbox on first use (monitor,

@@ -7,9 +7,10 @@
 //! - [`monitor_scope`] returns a snapshot of every group and a channel of [`PgEvent`]s for
 //!   every later change, in order.
 //!
-//! State: one map `group -> members` (a pid appears once per join) under a lock ranked
-//! between the registry and primitives; each member's process state lists its groups so the
-//! exit path can remove them.
+//! State: one map `group -> members` (a pid appears once per join; `groups::Groups`, held
+//! by the process layer's per-runtime `World`) under a lock ranked between the registry and
+//! primitives; each member's process state lists its groups so the exit path can remove
+//! them.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -6,11 +6,12 @@
 //! against `timeslice_cycles` and yields when the slice is spent, unless a [`NoPreempt`]
 //! guard is held.
 //!
-//! Departure from "stamped on resume" (DESIGN.md): `rdtsc` costs ~50 ticks on this machine
-//! (AMD Zen 4 VM), close to the whole 60-tick budget of a yield round trip, and a yield
-//! loop never checks preemption between resumes. Stamping at the first check moves the
-//! slice start by the time from resume to that check; a CPU-bound loop that calls
-//! `maybe_preempt` each iteration still yields within one slice plus one iteration.
+//! Why the first check stamps, not the resume: `rdtsc` costs nearly the whole budget of a
+//! yield round trip (outputs/history.md, finding 1), and a yield loop never checks
+//! preemption between resumes, so a stamp on resume would be paid on every switch for
+//! nothing. Stamping at the first check moves the slice start by the time from resume to
+//! that check; a CPU-bound loop that calls `maybe_preempt` each iteration still yields
+//! within one slice plus one iteration.
 //!
 //! `rdtsc` is used without `lfence`: the check compares against a ~100,000-tick slice, and a
 //! speculatively early read only shifts it by a few ticks, so serialising the pipeline would

@@ -1,27 +1,32 @@
-//! Erlang process semantics: exit reasons, monitors, links, exit signals, `kill`, and the
-//! registry of names. `../shared/SEMANTICS.md` is the specification.
+//! Erlang process semantics: monitors, links, exit signals, `kill`, and the registry of
+//! names (the exit reasons themselves are defined in `exit`). `../shared/SEMANTICS.md` is
+//! the specification.
 //!
 //! # Per-actor process state
 //!
-//! Each slab slot has a `proc` lock (rank `Process`, the lowest) guarding a [`ProcSlot`]:
-//! the generation whose exit has been processed, and a lazily allocated [`ProcState`]
-//! (signal sink, links, monitors on this actor, trap flag, registered name, pending exit
-//! reason). Actors that never use monitors, links or names never allocate one. A slot's
+//! The process layer keeps its per-actor state in a side table of the runtime's [`World`],
+//! indexed like the slab (the slab slot holds none of it): one `proc` lock per slot (rank
+//! `Process`, the lowest) guarding a [`ProcSlot`]: the generation whose exit has been
+//! processed, and a lazily allocated [`ProcState`] (signal sink, links, monitors on this
+//! actor, trap flag, registered name, pending exit reason, timers, `pg` groups). Actors
+//! that never use monitors, links or names never allocate one. A slot's
 //! state is reused, with its new generation, when the slot is reused.
 //!
 //! Only one `proc` lock is held at a time. Signal sinks (mailboxes) rank above it, so a
 //! Down can be pushed into a watcher's mailbox while the dying actor's `proc` lock is held:
 //! that is what makes `demonitor` exact (see below).
 //!
-//! # Exit, step by step ([`on_exit`], run on the dying actor's own stack)
+//! # Exit, step by step ([`on_exit`]: the scheduler's exit hook, on the dying actor's stack)
 //!
 //! 1. Lock own `proc`; mark this generation exited (from here `monitor`/`link` see it as
-//!    dead); take the name, links and timers.
-//! 2. While still holding it, push `Down` into every monitor's sink (so a concurrent
-//!    `demonitor` either removes the monitor first or returns after the Down is queued).
-//! 3. Unlock; release the registered name (before anyone handles the Down: a monitor can
-//!    re-register the name at once — the name is taken before step 2 publishes).
-//! 4. Send an exit signal to every linked actor.
+//!    dead).
+//! 2. While holding it, release what others can observe: the registered name (so a
+//!    monitor can re-register it as soon as it handles the Down), the `pg` memberships, and
+//!    the timers aimed at the actor (a `cancel` after the Down reports them as not pending).
+//! 3. Still holding it, push `Down` into every monitor's sink (so a concurrent `demonitor`
+//!    either removes the monitor first or returns after the Down is queued).
+//! 4. Unlock; drop the cancelled timers' messages; send an exit signal to every linked
+//!    actor.
 //!
 //! Messages the actor sent before it died are already in their receivers' mailboxes, so a
 //! Down or Exit always arrives after them (mailboxes are FIFO).
@@ -141,7 +146,8 @@ impl ProcState {
     }
 }
 
-/// The value behind a slot's `proc` lock. All-zero is "no state, nothing exited".
+/// The value behind a slot's `proc` lock (in [`World`]'s side table). All-zero is "no
+/// state, nothing exited".
 pub(crate) struct ProcSlot {
     /// Generation whose exit has been processed (0: none yet).
     exited_gen: u32,
@@ -305,6 +311,7 @@ pub(crate) fn setup_child(sh: &Shared, child: Pid, sink: Option<Arc<dyn SignalSi
 
 /// Adds a monitor on a not-yet-published child (spawn_monitor).
 pub(crate) fn setup_child_monitor(sh: &Shared, child: Pid, watcher_sink: Arc<dyn SignalSink>) -> MonitorRef {
+    // Relaxed: only uniqueness matters, which the RMW gives in any ordering.
     let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
     let lock = proc_lock(sh, child).expect("child slot");
     let mut slot = lock.lock();
@@ -338,6 +345,7 @@ pub(crate) fn current_sink() -> Arc<dyn SignalSink> {
 pub fn monitor(pid: Pid) -> MonitorRef {
     let (sh, me) = me("monitor");
     let sink = own_sink(sh, me);
+    // Relaxed: only uniqueness matters, which the RMW gives in any ordering.
     let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
     let mref = MonitorRef { id, target: pid };
     if let Some(lock) = proc_lock(sh, pid) {
@@ -514,6 +522,8 @@ fn request_stop(sh: &Shared, st: &mut ProcState, pid: Pid, code: u8, reason: Opt
         // Release: the target reads the reason after seeing the code (Acquire).
         cancel.store(code, Ordering::Release);
     } else if code == CANCEL_KILL && cur != CANCEL_KILL {
+        // Release: as above (a kill carries no reason, but the target's Acquire load of the
+        // code pairs with the latest store).
         cancel.store(CANCEL_KILL, Ordering::Release);
     }
 }
@@ -568,7 +578,7 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
         let Some(st) = slot.existing(pid.generation()) else { return };
         let name = st.name.take();
         if let Some(n) = &name {
-            // Step 3 happens before step 2 publishes: release the name first.
+            // Step 2: the name is released before step 3 publishes the Downs.
             w.registry.release(n, pid);
         }
         if !st.groups.is_empty() {

@@ -24,7 +24,8 @@ use crate::backoff::Backoff;
 #[repr(u8)]
 pub(crate) enum Rank {
     /// An actor's process state (`process`): links, monitors, name. Zero so that a zeroed
-    /// slab slot holds a valid lock (such locks are made by zeroing, never by `new`).
+    /// entry of the process layer's side table holds a valid lock (such locks are made by
+    /// zeroing, never by `new`).
     #[allow(dead_code)]
     Process = 0,
     /// The runtime's name registry.
@@ -33,7 +34,7 @@ pub(crate) enum Rank {
     Pg = 2,
     /// Channel, mailbox, oneshot, watch, mutex, barrier, wait-group state.
     Primitive = 3,
-    /// The runtime's timer map.
+    /// The runtime's timing wheel (`wheel::Timers`).
     Timers = 4,
 }
 
@@ -86,6 +87,7 @@ impl<T> RawMutex<T> {
             while self.locked.load(Ordering::Relaxed) {
                 backoff.snooze();
             }
+            // Acquire: as in `lock`, pairs with the holder's Release in `RawGuard::drop`.
             if !self.locked.swap(true, Ordering::Acquire) {
                 return;
             }

@@ -1,11 +1,11 @@
 //! The shared run queue: runnable actor slot indices, taken by any scheduler thread.
 //!
-//! Since the per-thread local queues (`local_queue`), this queue carries the work queued
-//! from outside a thread's own loop: spawns and wakes from other threads or plain threads,
-//! a full local queue's overflow, and yields while it already holds work. Yields, displaced
-//! wakes and spawns by actors mostly stay in local queues, so the backend choice below
-//! matters less than it did when this queue carried everything (outputs/history.md,
-//! findings 14 and 17).
+//! This queue carries the work queued from outside a thread's own loop: spawns and wakes
+//! from other threads or plain threads, a full local queue's overflow, and yields while it
+//! already holds work. Yields, displaced wakes and spawns by actors mostly stay in the
+//! per-thread local queues (`local_queue`), so this queue is rarely contended and the
+//! backend choice below is off the hot path of yield- and spawn-heavy work
+//! (outputs/history.md, findings 14, 17 and 28).
 //!
 //! # Backends
 //!
@@ -21,9 +21,9 @@
 //!   FIFO (fair by construction), lock-free (an OS-descheduled thread stalls one cell, not
 //!   the queue), the cheapest per operation (no probing, one lazily committed allocation,
 //!   `len`/`is_empty` read two counters), and the backend the loom models check (here and
-//!   in `runtime::idle`). On the 2-core machine smarm is developed on, neither alternative
-//!   was clearly faster in the `general` bench's `yield_many`/`spawn_many`; striping is for
-//!   many threads contending on the two counters.
+//!   in `runtime::idle`). Neither alternative is clearly faster on two cores
+//!   (outputs/history.md, findings 14 and 28); striping is for many threads contending on
+//!   the two counters.
 //! - `rq-striped`: `StripedRing`, `StripedRing::STRIPES` `MpmcRing`s. A scheduler thread
 //!   pushes to and pops from its *home* stripe (thread index mod stripes), probing the other
 //!   stripes on a miss; a push skips a stripe whose next cell is frozen by a stalled
@@ -199,6 +199,9 @@ impl MpmcRing {
             let seq = self.seq(pos, Ordering::Acquire);
             let dif = seq.wrapping_sub(pos) as isize;
             if dif == 0 {
+                // Relaxed (both): claiming `pos` publishes nothing; the value is published by
+                // the Release seq store in `set_seq`, and the consumer's read of the old value
+                // was ordered before us by the Acquire seq load above.
                 match self.tail.compare_exchange_weak(pos, pos.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed) {
                     Ok(_) => {
                         // SAFETY: winning the CAS for `pos` while the cell's seq == pos gives
@@ -218,6 +221,7 @@ impl MpmcRing {
                 fence(Ordering::SeqCst);
                 // `pos` (tail) was loaded before `head`, and head only grows, so this can
                 // underestimate occupancy but never overestimate it: no spurious panic.
+                // Relaxed (after the fence): only compared with `pos`, nothing read through it.
                 let head = self.head.load(Ordering::Relaxed);
                 let occupancy = pos.wrapping_sub(head);
                 if occupancy >= self.capacity() {
@@ -228,9 +232,10 @@ impl MpmcRing {
                     );
                 }
                 backoff.snooze();
+                // Relaxed: a fresh guess, validated by the CAS (as the first load).
                 pos = self.tail.load(Ordering::Relaxed);
             } else {
-                // Another producer already took `pos`; catch up.
+                // Another producer already took `pos`; catch up. Relaxed: as above.
                 pos = self.tail.load(Ordering::Relaxed);
             }
         }
@@ -246,6 +251,8 @@ impl MpmcRing {
             let seq = self.seq(pos, Ordering::Acquire);
             let dif = seq.wrapping_sub(pos.wrapping_add(1)) as isize;
             if dif == 0 {
+                // Relaxed (both): as in `push`; the value was acquired by the seq load above
+                // and the cell is handed back by the Release seq store in `set_seq`.
                 match self.head.compare_exchange_weak(pos, pos.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed) {
                     Ok(_) => {
                         // SAFETY: winning the CAS for `pos` while seq == pos + 1 gives us the
@@ -264,13 +271,17 @@ impl MpmcRing {
                 // Not yet published at `pos`: empty, or a producer is between its tail CAS
                 // and its seq store.
                 fence(Ordering::SeqCst);
+                // Relaxed (after the fence): only compared with `pos`; a stale value at worst
+                // reports a spurious empty, which is benign (see "Capacity" in the module doc).
                 let tail = self.tail.load(Ordering::Relaxed);
                 if tail == pos || backoff.is_completed() {
                     return None;
                 }
                 backoff.snooze();
+                // Relaxed: a fresh guess, validated by the CAS (as the first load).
                 pos = self.head.load(Ordering::Relaxed);
             } else {
+                // Relaxed: as above.
                 pos = self.head.load(Ordering::Relaxed);
             }
         }

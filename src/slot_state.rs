@@ -17,12 +17,12 @@
 //!
 //! Who may make which transition:
 //! - `FREE -> QUEUED`: the spawner that popped the slot from the free list ([`Slab::alloc`]),
-//!   after writing the control block; Release, paired with the Acquire in [`Slab::claim`].
+//!   after writing the control block; Release, paired with the Acquire in [`Slot::claim`].
 //! - `QUEUED -> RUNNING`: the scheduler thread that popped the index from a queue
-//!   ([`Slab::claim`]); it then owns the control block until it gives the actor up.
+//!   ([`Slot::claim`]); it then owns the control block until it gives the actor up.
 //! - `RUNNING -> QUEUED` (yield) / `RUNNING -> PARKED` (park) / `RUNNING -> DONE`: that
 //!   scheduler thread, after the actor switched back to it.
-//! - `PARKED -> QUEUED`: a waker ([`Slab::wake`]); the waker then must enqueue the index.
+//! - `PARKED -> QUEUED`: a waker ([`Slot::wake`]); the waker then must enqueue the index.
 //! - `DONE -> FREE`: the scheduler thread, after releasing the stack ([`Slab::free`]).
 //!
 //! The index is enqueued only by whoever made a `-> QUEUED` transition, so every actor is
@@ -165,6 +165,7 @@ impl Slot {
         let cur = state.load(Ordering::Relaxed);
         debug_assert_eq!(state_of(cur), RUNNING);
         if cur & NOTIFIED != 0 {
+            // Acquire: pairs with the waker's Release, as in the failure branch below.
             state.fetch_and(!NOTIFIED, Ordering::Acquire);
             return false;
         }
@@ -208,7 +209,7 @@ impl Slot {
     }
 }
 
-/// Outcome of [`Slab::wake`].
+/// Outcome of [`Slot::wake`].
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Wake {
     /// The actor was parked and is now QUEUED: the caller must enqueue it.
@@ -357,6 +358,7 @@ impl Slab {
     /// DONE -> FREE and back on the free list.
     pub(crate) fn free(&self, index: u32) {
         let state = &self.slot(index).state;
+        // Relaxed load: this thread stored DONE; nobody else writes a DONE slot's word.
         let gen = gen_of(state.load(Ordering::Relaxed));
         // Relaxed: the generation stays; the free-list push below releases the slot.
         state.store(make(gen, FREE), Ordering::Relaxed);
@@ -386,6 +388,7 @@ impl Slab {
     pub(crate) fn is_live(&self, pid: Pid) -> bool {
         self.owns(pid)
             && self.slots.get(pid.index as usize).is_some_and(|s| {
+                // Acquire: pairs with `publish_queued` and `mark_done`, as in `live_pid`.
                 let w = s.state.load(Ordering::Acquire);
                 gen_of(w) == pid.gen && matches!(state_of(w), QUEUED | RUNNING | PARKED)
             })
@@ -411,6 +414,9 @@ impl Slab {
             // again meanwhile; the tag in the CAS below then fails, so the value is unused.
             let next = self.slot(index).next_free.load(Ordering::Relaxed);
             let tag = (head >> 32).wrapping_add(1);
+            // Acquire on success: pairs with the Release in `push_free`, so the slot's FREE
+            // state and its previous occupant's teardown happen before our use of it. On
+            // failure too: the next round reads the link of the head it returns.
             match self.free_head.compare_exchange_weak(
                 head,
                 (tag << 32) | next as u64,
@@ -424,11 +430,14 @@ impl Slab {
     }
 
     fn push_free(&self, index: u32) {
+        // Relaxed: a guess validated by the CAS; nothing is read through the old head.
         let mut head = self.free_head.load(Ordering::Relaxed);
         loop {
+            // Relaxed: published by the Release CAS below.
             self.slot(index).next_free.store(head as u32, Ordering::Relaxed);
             let tag = (head >> 32).wrapping_add(1);
-            // Release: publishes our `next_free` write and the slot's FREE state.
+            // Release: publishes our `next_free` write and the slot's FREE state. Failure
+            // Relaxed: the new head is only a guess for the next round.
             match self.free_head.compare_exchange_weak(
                 head,
                 (tag << 32) | index as u64,

@@ -117,6 +117,7 @@ impl Drop for Stack {
 }
 
 fn install_guard(base: *mut u8) -> io::Result<()> {
+    // Relaxed (every access): a cache of a probe result; nothing else is published with it.
     let mut method = GUARD_METHOD.load(Ordering::Relaxed);
     if method != GUARD_MPROTECT {
         // SAFETY: the first page of our own fresh mapping.
@@ -132,7 +133,7 @@ fn install_guard(base: *mut u8) -> io::Result<()> {
         if err.raw_os_error() != Some(libc::EINVAL) {
             return Err(map_error(err, "madvise(MADV_GUARD_INSTALL)"));
         }
-        // Kernel older than 6.13: fall back for good.
+        // Kernel older than 6.13: fall back for good. Relaxed: as above.
         GUARD_METHOD.store(GUARD_MPROTECT, Ordering::Relaxed);
         method = GUARD_MPROTECT;
     }
@@ -167,6 +168,7 @@ fn map_error(err: io::Error, what: &str) -> io::Error {
 
 /// Which guard mechanism is in use ("madvise", "mprotect" or "unknown" before the first stack).
 pub fn guard_method() -> &'static str {
+    // Relaxed: a cached probe result (see `install_guard`).
     match GUARD_METHOD.load(Ordering::Relaxed) {
         GUARD_MADVISE => "madvise(MADV_GUARD_INSTALL)",
         GUARD_MPROTECT => "mprotect",

@@ -15,7 +15,7 @@ pub struct TimerRef {
 
 #[derive(Debug)]
 enum RefKind {
-    /// On a runtime's timer map (the runtime may be gone: then the timer is too).
+    /// On a runtime's timing wheel (the runtime may be gone: then the timer is too).
     Runtime { rt: std::sync::Weak<crate::runtime::Shared>, key: TimerKey },
     /// Off-runtime: a helper thread waiting on a condition variable.
     Thread(std::sync::Arc<ThreadTimer>),

@@ -297,17 +297,21 @@ impl Timers {
 
     /// True if some deadline may be due at `now`.
     pub(crate) fn due(&self, now: Instant) -> bool {
+        // Relaxed: a hint (see `insert_action`); the idle re-check reads it after its SeqCst
+        // fence, and an insert that lowers it wakes a sleeper after its own.
         let next = self.next.load(Ordering::Relaxed);
         next != u64::MAX && next <= self.nanos(now)
     }
 
     /// True if no deadline is registered (as far as the lower bound knows).
     pub(crate) fn is_empty(&self) -> bool {
+        // Relaxed: a hint, as in `due`.
         self.next.load(Ordering::Relaxed) == u64::MAX
     }
 
     /// Time until the earliest deadline (a lower bound), if any.
     pub(crate) fn until_next(&self, now: Instant) -> Option<Duration> {
+        // Relaxed: a hint, as in `due` (a sleep that ends early re-checks).
         let next = self.next.load(Ordering::Relaxed);
         (next != u64::MAX).then(|| Duration::from_nanos(next.saturating_sub(self.nanos(now))))
     }

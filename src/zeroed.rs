@@ -3,9 +3,10 @@
 //!
 //! Why not `alloc_zeroed`: glibc serves a large `calloc` from `mmap` only until the first
 //! such block is freed; then its dynamic mmap threshold rises and later ones come from the
-//! heap, zeroed with `memset`. A runtime built after another one then paid a 2.8 MB memset
-//! for a 16,384-slot slab (measured: an empty `run(|| ())` went from 29 to 70 us). Fresh
-//! anonymous pages are zero by definition and committed only when touched.
+//! heap, zeroed with `memset`, so every runtime built after another one would pay a full
+//! memset of its slab (2.8 MB for 16,384 slots, more than doubling the cost of an empty
+//! `run(|| ())`: outputs/history.md, finding 13). Fresh anonymous pages are zero by
+//! definition and committed only when touched.
 
 use std::ptr::NonNull;
 

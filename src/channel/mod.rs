@@ -1,4 +1,4 @@
-//! Channels: unbounded and bounded MPSC ([`channel`], [`bounded`]), [`oneshot`], [`watch`],
+//! Channels: unbounded and bounded MPSC ([`channel`], [`bounded`]), [`oneshot`](fn@oneshot), [`watch`](fn@watch),
 //! and [`select!`](crate::select).
 //!
 //! Every blocking operation parks the calling actor (never its scheduler thread) and also
@@ -205,7 +205,7 @@ pub fn channel<T: Send>() -> (Sender<T>, Receiver<T>) {
 ///
 /// # Panics
 /// If `cap` is 0: a zero-capacity (rendezvous) channel is not provided; use
-/// [`oneshot`] for a single hand-over or `bounded(1)`.
+/// [`oneshot`](fn@oneshot) for a single hand-over or `bounded(1)`.
 ///
 /// ```
 /// let (tx, rx) = smarm::channel::bounded(1);

@@ -30,8 +30,8 @@ fn class_layout(c: usize) -> std::alloc::Layout {
 
 /// Allocates a block for `layout` (non-zero size), from this scheduler thread's cache when
 /// it has one of the right class. For the short-lived cells of a request/reply (a call's
-/// oneshot), whose malloc + free was ~10 % of a gen_server call (outputs/history.md,
-/// finding 16). Free it with [`free_block`] and the same layout, from any thread.
+/// oneshot), where a malloc + free costs ~10 % of a gen_server call (outputs/history.md,
+/// findings 16 and 22). Free it with [`free_block`] and the same layout, from any thread.
 #[inline]
 pub(crate) fn alloc_block(layout: std::alloc::Layout) -> *mut u8 {
     let Some((c, class)) = block_class(layout) else {

@@ -91,10 +91,15 @@ impl Idle {
     pub(crate) fn wake_specific(&self, k: usize) -> bool {
         fence(Ordering::SeqCst);
         let (w, bit) = Self::word_bit(k);
-        // Read before writing: an awake owner costs no exclusive cache-line access.
+        // Read before writing: an awake owner costs no exclusive cache-line access. Relaxed
+        // after the fence above: the fence pair (waker step 1, sleeper step 2) is what makes
+        // this load see bit k.
         if self.sleeping[w].load(Ordering::Relaxed) & bit == 0 {
             return false;
         }
+        // AcqRel: the claim is exclusive because it is an RMW (any ordering would do); the
+        // ordering is not load-bearing (the work was published before the fence, and the
+        // unpark synchronises with the park), and on x86_64 every RMW is a locked one anyway.
         self.sleeping[w].fetch_and(!bit, Ordering::AcqRel) & bit != 0
     }
 
@@ -110,6 +115,7 @@ impl Idle {
             let mut cur = word.load(Ordering::Relaxed);
             while cur != 0 {
                 let bit = cur & cur.wrapping_neg();
+                // AcqRel: as in `wake_specific` (the RMW decides; the ordering is not needed).
                 let prev = word.fetch_and(!bit, Ordering::AcqRel);
                 if prev & bit != 0 {
                     return Some(w * 64 + bit.trailing_zeros() as usize);
@@ -131,6 +137,7 @@ impl Idle {
 
     /// Threads currently announced as sleeping (for tests and diagnostics).
     pub(crate) fn sleepers(&self) -> usize {
+        // Relaxed: a diagnostic snapshot; nothing is decided on it.
         self.sleeping.iter().map(|w| w.load(Ordering::Relaxed).count_ones() as usize).sum()
     }
 }

@@ -116,6 +116,9 @@ pub(crate) fn disarm(timers: &Timers, slot: &Slot, seq: u64) -> LazyEnd {
         debug_assert_eq!(cur, lazy_word(seq, LAZY_FIRED), "smarm: lazy request in an unexpected state");
         (None, LazyEnd::Fired)
     };
+    // Relaxed: the next reader of the word is this actor (numbering its next request; a
+    // migration is ordered by the state word), or an arming thread holding an older note,
+    // whose CAS fails on the seq whatever it sees.
     slot.lazy.store(idle, Ordering::Relaxed);
     drop(wheel);
     drop(removed);
@@ -288,8 +291,8 @@ pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
 /// None, doing nothing, off an actor; otherwise how the timeout ended. May return
 /// spuriously (woken with nothing to see): callers re-check their condition.
 ///
-/// The timeout is *lazy* (see "Lazy timeouts" in `timer`): the request is noted on this
-/// thread and put on the timer wheel only if the actor is still parked a couple of rounds
+/// The timeout is *lazy* (see the module doc): the request is noted on this thread and put
+/// on the timer wheel only if the actor is still parked a couple of rounds
 /// later, counting from then, so it never fires early and a prompt wake costs no wheel
 /// traffic and no clock read.
 pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
@@ -301,6 +304,7 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
     // Saturating nanoseconds without `as_nanos`'s u128 arithmetic.
     let nanos = timeout.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(timeout.subsec_nanos()));
     slot.lazy_timeout.store(nanos, Ordering::Relaxed);
+    // Release: publishes `lazy_timeout` to the arming thread's Acquire load of this word.
     slot.lazy.store(lazy_word(seq, LAZY_PENDING), Ordering::Release);
     w.note_pending_timeout(index, seq);
     /// Ends the request on return or unwind, before this actor can end: the wheel never

@@ -2,7 +2,9 @@
 //! ([`Shared`]), spawning, waking, and the shutdown that follows the root actor's return.
 //!
 //! The per-thread scheduler loop, the wake slot and the actor-side switch live in
-//! [`worker`]; the sleep/wake protocol of idle threads in [`idle`].
+//! [`worker`]; the sleep/wake protocol of idle threads in [`idle`]; lazy park timeouts in
+//! `lazy`; stop requests in `cancel`; unwinding marks and the panic hook in `unwind`; the
+//! per-thread block cache in `blocks`.
 //!
 //! # Shutdown (root exit), step by step
 //!
@@ -304,11 +306,13 @@ impl Inbox {
         }
         let mut q = self.queue.lock();
         let v = q.pop_front();
+        // Release: as in `push` (the value is stored under the lock either way).
         self.len.store(q.len(), Ordering::Release);
         v
     }
 
     pub(crate) fn is_empty(&self) -> bool {
+        // Acquire: pairs with the Release in `push`, as in `pop`.
         self.len.load(Ordering::Acquire) == 0
     }
 }
@@ -456,6 +460,7 @@ impl Shared {
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
                          // Relaxed after the fence: see shutdown step 3.
         if self.shutting_down.load(Ordering::Relaxed) {
+            // Release: as in `stop_all`; the child reads the code (Acquire) after its wake.
             slot.cancel.store(CANCEL_SHUTDOWN, Ordering::Release);
             self.wake(pid);
         }
@@ -533,6 +538,11 @@ impl Shared {
 
     /// A retired actor's bookkeeping; called by its scheduler thread once its stack is free.
     pub(crate) fn retired(self: &Arc<Self>, was_root: bool) {
+        // The retirement half of a Dekker pair with `begin_shutdown` (step 5): decrement,
+        // then read the flag; the sweep stores the flag, fences, then reads `live`. AcqRel
+        // orders this actor's teardown before whoever sees the count reach zero. The flag
+        // load cannot pass the decrement because a locked RMW is a full barrier on x86_64,
+        // the only target; in the language's memory model this half would need SeqCst.
         let left = self.live.fetch_sub(1, Ordering::AcqRel) - 1;
         if was_root {
             self.begin_shutdown();
@@ -546,6 +556,8 @@ impl Shared {
         self.shutting_down.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         self.stop_all(CANCEL_SHUTDOWN);
+        // Acquire (after the SeqCst fence): pairs with the last retirement's AcqRel
+        // decrement, so its teardown happens before `finish`.
         if self.live.load(Ordering::Acquire) == 0 {
             self.finish();
             return;
@@ -597,6 +609,8 @@ impl Shared {
     }
 
     fn finish(&self) {
+        // AcqRel: the swap lets exactly one caller through (any ordering would); Release
+        // pairs with the scheduler threads' Acquire loads of `finished`.
         if self.finished.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -694,6 +708,7 @@ impl Diagnostics {
     }
     /// Per scheduler thread: how many times a waker claimed and unparked it.
     pub fn unparks(&self) -> Vec<usize> {
+        // Relaxed: a statistic.
         self.shared.unparks.iter().map(|u| u.load(Ordering::Relaxed)).collect()
     }
     /// Actors waiting in the run queues (the shared one and every thread's local one).
@@ -701,7 +716,7 @@ impl Diagnostics {
         self.shared.run_queue.len() + self.shared.locals.iter().map(|q| q.len()).sum::<usize>()
     }
     /// Deadlines on the runtime's timer wheel (armed timeouts, sleeps, `send_after`).
-    /// Timed waits that end promptly never reach it (lazy timeouts, see the `timer` docs).
+    /// Timed waits that end promptly never reach it (lazy timeouts, see `lazy`).
     pub fn pending_timers(&self) -> usize {
         self.shared.timers.pending()
     }

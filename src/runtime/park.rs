@@ -2,8 +2,8 @@
 //! make one idle thread wait in `epoll_wait` (woken by an eventfd) instead, without
 //! changing the idle protocol around it (`idle`).
 //!
-//! Today: the thread's own park token (`std::thread::park`, a futex on Linux). A wake that
-//! arrives before the park leaves the token set, so the park returns at once: no lost
+//! It blocks on the thread's own park token (`std::thread::park`, a futex on Linux). A wake
+//! that arrives before the park leaves the token set, so the park returns at once: no lost
 //! unpark between "announce sleep" and "park".
 
 use std::sync::OnceLock;

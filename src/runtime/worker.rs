@@ -13,7 +13,7 @@
 //!
 //! In order, each round takes the first of:
 //! 1. due timers (every 64 rounds, and whenever idle), then lazy timeouts old enough to arm
-//!    (see `timer`);
+//!    (see `lazy`);
 //! 2. this thread's private inbox (actors pinned here while unwinding);
 //! 3. the wake slot, unless it has served `lifo_run_limit` runs in a row, in which case its
 //!    occupant goes to this thread's local queue, behind the work it kept waiting (with
@@ -45,17 +45,17 @@
 //! The wake slot is empty whenever the thread parks (it is drained by step 3 before step 6
 //! is reached), and so is the local queue (step 4).
 //!
-//! # Departures from DESIGN.md, and why
+//! # Why displaced work stays on this thread, and a park may hand the thread over
 //!
-//! - DESIGN.md sends what the wake slot displaces "to the shared queue, never to private
-//!   storage". Here it goes to the thread's local queue, which is not private: any thread
-//!   steals from it, an idle thread finds it (`stealable` is part of the idle re-check), and
-//!   a thread with more than one queued job nudges a sleeper. The one shared ring made every
-//!   yield and spawn a cross-core cache-line transfer at 2T (`yield_many` 2T 4.4x tokio,
-//!   outputs/history.md findings 15 and 17).
+//! - What the wake slot displaces goes to the thread's local queue, which is never private:
+//!   any thread steals from it, an idle thread finds it (`stealable` is part of the idle
+//!   re-check), and a thread with more than one queued job nudges a sleeper. Keeping it off
+//!   the shared queue keeps yields and spawns free of cross-core cache-line transfers
+//!   (outputs/history.md, findings 15 and 17).
 //! - A parking actor may hand the thread straight to the wake slot's occupant instead of
-//!   returning to the scheduler stack (`hand_off_park`); the slot, the lifo limit, the timer
-//!   cadence and the pinned inbox are honoured exactly as a scheduler round would (finding 16).
+//!   returning to the scheduler stack (`hand_off_park`): one switch instead of two, and no
+//!   scheduler round. The slot, the lifo limit, the timer cadence and the pinned inbox are
+//!   honoured exactly as a scheduler round would (finding 16).
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -149,7 +149,7 @@ pub(crate) struct Worker {
     /// panic hook that marks actors was replaced by the user.
     pub(super) parked_unwinders: Cell<u32>,
     /// Lazy park timeouts requested by actors that parked on this thread, oldest first
-    /// (see "Lazy timeouts" in the `timer` module doc).
+    /// (see the `lazy` module doc).
     pub(super) pending_timeouts: PendingRing,
     /// This thread's cache of small blocks (see `blocks`).
     pub(super) blocks: BlockCache,
@@ -368,13 +368,13 @@ impl Worker {
             let index = self.current.get();
             let cell = sh.slab.slot(index).cell.get();
             self.slice_start.set(0);
-            // SAFETY: the actor is ours (claimed) and its saved sp is a suspended context on
-            // its live stack.
             #[cfg(smarm_asan)]
             let mut asan_save = core::ptr::null_mut();
             #[cfg(smarm_asan)]
             // SAFETY: the claimed actor's control block, its stack bound by `prepare_to_run`.
             crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*cell) });
+            // SAFETY: the actor is ours (claimed) and its saved sp is a suspended context on
+            // its live stack.
             let sp = unsafe { switch_to_actor((*cell).sp, &raw mut (*cell).sched_sp, self as *const Worker as usize) };
             #[cfg(smarm_asan)]
             crate::context::asan::arrive(asan_save);
@@ -388,6 +388,8 @@ impl Worker {
                 (*cell).sp = sp;
                 (*cell).intent
             };
+            // Relaxed `pinned`: the actor wrote it in `switch_out` on this very thread, just
+            // before it switched back.
             if intent == INTENT_YIELD && self.nothing_else_runnable() && slot.pinned.load(Ordering::Relaxed) == UNPINNED
             {
                 // Fast path: resume the same actor at once. Its floating-point state is
@@ -509,6 +511,7 @@ impl Worker {
             !sh.run_queue.is_empty()
                 || !inbox.is_empty()
                 || self.stealable()
+                // Acquire: as in `run_loop`.
                 || sh.finished.load(Ordering::Acquire)
                 || sh.timers.due(Instant::now())
         };
@@ -563,6 +566,12 @@ unsafe fn actor_stack(cell: &crate::actor::ActorCell) -> (usize, usize) {
 }
 
 /// First function on every actor stack (called by the trampoline with the slot).
+///
+/// # Safety
+/// Called only by the context trampoline, as the `context::EntryFn` of a stack bound by
+/// `prepare_to_run`: `arg` is the actor's `Slot` (of a live runtime, which
+/// outlives the actor), the actor is claimed and its control block holds its task, and
+/// `resume_value` is the resuming thread's worker.
 pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usize) -> ! {
     #[cfg(smarm_asan)]
     crate::context::asan::arrive(core::ptr::null_mut());
@@ -596,7 +605,8 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
 /// Always inlined (with `yield_now` and `check_cancelled`'s fast path): after a resume, every
 /// `ret` executed before the next switch pops a return-stack-buffer entry that belongs to the
 /// other context and mispredicts, so the resumed path should return as little as possible.
-/// Measured: an out-of-line `switch_out` cost ~23 ticks per yield round trip (outputs/history.md).
+/// Out of line, `switch_out` costs ~23 ticks more per yield round trip (outputs/history.md,
+/// finding 5).
 #[inline(always)]
 pub(super) fn switch_out(w: &Worker, intent: u8) -> (&'static Slot, &'static Worker) {
     let index = w.current.get();
@@ -743,14 +753,14 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
     w.slice_start.set(0);
     #[cfg(debug_assertions)]
     crate::raw_mutex::order::assert_none_held();
-    // SAFETY: `next` is claimed and its saved sp is a suspended context (or a fresh one just
-    // bound); its `sched_sp` is set; `handed_from` names us, and nobody can resume us
-    // before `next` has completed our park (we are RUNNING until then).
     #[cfg(smarm_asan)]
     let mut asan_save = core::ptr::null_mut();
     #[cfg(smarm_asan)]
     // SAFETY: `next`'s control block, claimed and prepared (its stack bound).
     crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*next_cell) });
+    // SAFETY: `next` is claimed and its saved sp is a suspended context (or a fresh one just
+    // bound); its `sched_sp` is set; `handed_from` names us, and nobody can resume us
+    // before `next` has completed our park (we are RUNNING until then).
     let resume_value =
         unsafe { crate::context::hand_off((*next_cell).sp, &raw mut (*cell).sp, w as *const Worker as usize) };
     #[cfg(smarm_asan)]
@@ -859,6 +869,8 @@ pub(crate) fn park_current() {
 pub(super) fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
     // An actor being shut down while it unwinds must not block on something that may never
     // come; it yields instead and its caller's loop re-checks.
+    // Acquire: pairs with the Release store of a stop request (`stop_all`, `request_stop`),
+    // as in `check_cancelled`.
     let cancelled = slot.cancel.load(Ordering::Acquire) != CANCEL_NONE;
     let (slot, w) = if cancelled && actor_unwinding(slot) {
         switch_out(w, INTENT_YIELD)

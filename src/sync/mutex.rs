@@ -88,6 +88,7 @@ impl<T: ?Sized> Mutex<T> {
 
     /// Locks if free, without blocking.
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        // Acquire: pairs with the Release in `unlock`, as in `lock`.
         self.state
             .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
             .ok()
@@ -109,6 +110,8 @@ impl<T: ?Sized> Mutex<T> {
         if prev & LOCKED == 0 {
             // Free: take it. WAITERS stays set only if someone is queued.
             let next = if list.queue.is_empty() { LOCKED } else { LOCKED | WAITERS };
+            // Relaxed: the fetch_or above already acquired; while WAITERS is set no CAS can
+            // take the lock, and every other writer of `state` holds the wait-list lock.
             self.state.store(next, Ordering::Relaxed);
             return;
         }
@@ -144,9 +147,12 @@ impl<T: ?Sized> Mutex<T> {
                 // Hand off: the lock stays LOCKED and now belongs to `ticket`.
                 list.granted = Some(ticket);
                 let next = if list.queue.is_empty() { LOCKED } else { LOCKED | WAITERS };
+                // Release: publishes the critical section (the new owner also receives it
+                // through the wait-list lock it takes to see `granted`).
                 self.state.store(next, Ordering::Release);
                 w.wake();
             }
+            // Release: publishes the critical section to the next locker's Acquire.
             None => self.state.store(0, Ordering::Release),
         }
     }
@@ -174,6 +180,8 @@ impl<T: ?Sized> Drop for Dequeue<'_, T> {
         }
         list.queue.retain(|(t, _)| *t != self.ticket);
         if list.queue.is_empty() {
+            // Relaxed: clearing the bit publishes nothing; the slow paths that read it hold
+            // the wait-list lock we hold.
             self.mutex.state.fetch_and(!WAITERS, Ordering::Relaxed);
         }
     }
