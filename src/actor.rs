@@ -17,7 +17,9 @@
 //! another reference. The closure is taken and run (under `catch_unwind`) on the actor's
 //! stack; the outcome is published to the packet from the actor, so user `Drop` code
 //! (the closure's captures, an unjoined result) runs on the actor stack and never on a
-//! scheduler thread.
+//! scheduler thread. Nothing of it escapes: the entry that calls [`run`] cannot unwind, so
+//! every user `Drop` after the body (a value the exit reason replaces, an unjoined result,
+//! a panic's payload) runs under `catch_unwind` (`runtime::user_drop::drop_caught`).
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
@@ -28,6 +30,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::exit::{reason_from_payload, DownReason};
+use crate::runtime::user_drop::drop_caught;
 use crate::runtime::Waiter;
 use crate::slot_state::Pid;
 
@@ -153,10 +156,15 @@ where
     }))
     // (Err: the closure's Drop panicked.)
     .unwrap_or_else(|p| Err(reason_from_payload(p)));
+    // Values the exit reason replaces are dropped once the reason is decided (a drop can
+    // raise a pending stop request, which must not count as raised for the decision), and
+    // through `drop_caught`: this frame has no `catch_unwind` around it.
+    let mut replaced_value = None;
+    let mut replaced_outcome = None;
     // A reason the body chose for itself (a behaviour's crash or stop) replaces a return.
     let outcome = match (outcome, crate::runtime::take_current_exit_override()) {
         (Ok(v), Some(reason)) => {
-            drop(v);
+            replaced_value = Some(v);
             Err(reason)
         }
         (outcome, _) => outcome,
@@ -168,18 +176,26 @@ where
     // (as in OTP, the first exit wins).
     let outcome = match crate::runtime::current_cancel_reason() {
         Some((stop, raised)) if outcome.as_ref().err() != Some(&stop) && (raised || outcome.is_ok()) => {
-            drop(outcome);
+            replaced_outcome = Some(outcome);
             Err(stop)
         }
         _ => outcome,
     };
+    if let Some(v) = replaced_value {
+        drop_caught(v);
+    }
+    if let Some(outcome) = replaced_outcome {
+        drop_caught(outcome);
+    }
     let reason = match &outcome {
         Ok(_) => DownReason::Normal,
         Err(r) => r.clone(),
     };
     // Publishing may drop an unjoined result (user Drop code): keep it off the unwinder's
     // path out of this frame.
-    let _ = catch_unwind(AssertUnwindSafe(|| task.packet.complete(outcome)));
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.packet.complete(outcome))) {
+        drop_caught(payload);
+    }
     reason
 }
 

@@ -44,7 +44,8 @@ impl std::error::Error for DownReason {}
 /// to a panic hook (raised with `resume_unwind`); mapped back to a [`DownReason`] at the entry.
 pub(crate) struct Cancelled(pub(crate) DownReason);
 
-/// Maps a caught unwind payload to the actor's exit reason.
+/// Maps a caught unwind payload to the actor's exit reason. Never unwinds: a payload of
+/// another type is dropped under `catch_unwind`.
 pub(crate) fn reason_from_payload(payload: Box<dyn Any + Send>) -> DownReason {
     let payload = match payload.downcast::<Cancelled>() {
         Ok(c) => return c.0,
@@ -56,6 +57,10 @@ pub(crate) fn reason_from_payload(payload: Box<dyn Any + Send>) -> DownReason {
     };
     match payload.downcast::<&'static str>() {
         Ok(s) => DownReason::Panic((*s).to_string()),
-        Err(_) => DownReason::Panic("Box<dyn Any>".to_string()),
+        Err(p) => {
+            // A payload of the user's own type: its Drop is user code, which may panic.
+            crate::runtime::user_drop::drop_caught(p);
+            DownReason::Panic("Box<dyn Any>".to_string())
+        }
     }
 }

@@ -602,7 +602,11 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
         (name, std::mem::take(&mut st.links), cancelled)
     };
     drop(name);
-    drop(timers);
+    // Their messages' Drops are user code, run here in the actor's entry, which cannot
+    // unwind: each under `catch_unwind`, one at a time.
+    for action in timers {
+        crate::runtime::user_drop::drop_caught(action);
+    }
     // Links: `Killed` propagates as `Killed` (trappable for the receivers).
     for l in links {
         send_link_exit(sh, pid, l, reason);

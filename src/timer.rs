@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::runtime::user_drop::DropOnActor;
 pub(crate) use crate::wheel::deadline_after;
 use crate::wheel::{Action, TimerKey};
 
@@ -51,14 +52,25 @@ pub fn send_after<T: Send + 'static>(delay: Duration, sender: &crate::channel::S
         // SAFETY: this thread's live worker.
         let shared = unsafe { (*w).shared_arc() };
         let rt = std::sync::Arc::downgrade(&shared);
-        // Runs on a scheduler thread: it must never block it. A full bounded channel gets
-        // the message from a short-lived actor that waits for room instead.
-        let action = Action::Run(Box::new(move || {
-            if let Err(crate::channel::TrySendError::Full(msg)) = tx.try_send(msg) {
+        // Runs on a scheduler thread: it must never block it, nor drop the message there
+        // (`DropOnActor`). A full bounded channel gets the message from a short-lived actor
+        // that waits for room instead; that actor returns nothing, so its detached join
+        // handle, dropped here, never holds the message.
+        let msg = DropOnActor::new(msg);
+        let action = Action::Run(Box::new(move || match tx.try_send(msg.into_inner()) {
+            Ok(()) => {}
+            Err(crate::channel::TrySendError::Full(msg)) => {
+                let msg = DropOnActor::new(msg);
                 if let Some(sh) = rt.upgrade() {
-                    let _ = sh.spawn(move || tx.send(msg), false);
+                    let _ = sh.spawn(
+                        move || {
+                            let _ = tx.send(msg.into_inner());
+                        },
+                        false,
+                    );
                 }
             }
+            Err(crate::channel::TrySendError::Disconnected(msg)) => drop(DropOnActor::new(msg)),
         }));
         let (key, earliest) = shared.timers.insert_action(deadline, action);
         if earliest {
@@ -125,7 +137,14 @@ pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::mailbox
     let shared = unsafe { (*w).shared_arc() };
     let target = addr.clone();
     let pid = addr.pid();
-    let action = Action::Run(Box::new(move || target.send(msg)));
+    // Runs on a scheduler thread: a message the target can no longer take is dropped
+    // through a `DropOnActor`.
+    let msg = DropOnActor::new(msg);
+    let action = Action::Run(Box::new(move || {
+        if let Err(msg) = target.try_send(msg.into_inner()) {
+            drop(DropOnActor::new(msg));
+        }
+    }));
     let (key, earliest) = shared.timers.insert_action(deadline, action);
     if !crate::process::track_timer(&shared, pid, key) {
         shared.timers.cancel(key); // the target is already gone

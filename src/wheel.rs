@@ -271,6 +271,15 @@ impl Timers {
         self.wheel.lock().cancel(key)
     }
 
+    /// Takes every pending action off the wheel (for the runtime's drop, which drops them one
+    /// by one).
+    pub(crate) fn take_all(&self) -> Vec<Action> {
+        let mut wheel = self.wheel.lock();
+        (0..wheel.entries.len() as u32)
+            .filter_map(|idx| if wheel.entries[idx as usize].action.is_some() { wheel.take(idx) } else { None })
+            .collect()
+    }
+
     /// Removes a deadline if it has not fired; returns whether it was still pending.
     pub(crate) fn cancel(&self, key: TimerKey) -> bool {
         let removed = self.wheel.lock().cancel(key);

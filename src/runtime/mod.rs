@@ -39,6 +39,7 @@ pub(crate) mod idle;
 pub(crate) mod lazy;
 mod park;
 mod unwind;
+pub(crate) mod user_drop;
 pub(crate) mod worker;
 pub(crate) use worker::yield_now as worker_yield;
 
@@ -259,6 +260,8 @@ impl Runtime {
         }
         worker::thread_main(shared.clone(), 0);
         for t in threads {
+            // Never an error: a scheduler thread that panics aborts the process instead of
+            // ending (`worker::thread_main`), since what it held cannot be finished elsewhere.
             let _ = t.join();
         }
         match handle.try_take() {
@@ -277,7 +280,8 @@ pub(crate) struct Hooks {
     /// slab of `max_actors` slots. [`Shared::world`] hands it back.
     pub(crate) new_world: fn(max_actors: usize) -> Box<dyn std::any::Any + Send + Sync>,
     /// An actor's exit (monitors, links, names, groups, its timers), run on the dying
-    /// actor's own stack, under `catch_unwind`, before its slot is freed.
+    /// actor's own stack before its slot is freed. Must not unwind (the actor's entry
+    /// cannot): the user `Drop`s it runs go through `user_drop::drop_caught`.
     pub(crate) on_exit: fn(&Shared, Pid, &DownReason),
     /// The reason of a pending exit-signal stop (`Cancel::Exit`), kept by the process layer.
     pub(crate) exit_reason: fn(&Shared, Pid) -> DownReason,
@@ -333,6 +337,8 @@ pub(crate) struct Shared {
     unparks: Box<[AtomicUsize]>,
     pub(crate) inboxes: Box<[CachePadded<Inbox>]>,
     pub(crate) timers: Timers,
+    /// User values released by scheduler code, waiting for a reaper actor (`user_drop`).
+    pub(crate) graveyard: user_drop::Graveyard,
     /// The layers above the scheduler, plugged in by the caller of `run_hooked`.
     pub(crate) hooks: &'static Hooks,
     /// Their per-runtime state, made by `hooks.new_world` (see [`Shared::world`]).
@@ -359,6 +365,7 @@ impl Shared {
             unparks: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
             inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
             timers: Timers::new(),
+            graveyard: Default::default(),
             root_pid: std::sync::OnceLock::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),
             live: AtomicUsize::new(0),
@@ -599,11 +606,17 @@ impl Shared {
     pub(crate) fn fire_due(&self, now: std::time::Instant) -> usize {
         let mut run = Vec::new();
         let fired = self.timers.fire_due(now, |t| lazy::fire(self, t), &mut run);
-        // Closures (channel sends) take primitive locks, which rank below the timer lock.
+        // Closures (channel sends) take primitive locks, which rank below the timer lock. They
+        // run on this scheduler thread's own stack and run no user code (a message they
+        // cannot deliver is dropped through a `DropOnActor`).
         for f in run {
-            // A panicking Drop of a message whose receiver is gone must not take the
-            // scheduler thread down.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                if let Some(InjectedFault(message)) = payload.downcast_ref::<InjectedFault>() {
+                    panic!("{message}");
+                }
+                // Should one panic all the same, its payload may be user code: to an actor.
+                drop(user_drop::DropOnActor::new(payload));
+            }
         }
         fired
     }
@@ -640,8 +653,18 @@ impl Drop for Shared {
                 }
             }
         }
+        // Timers still pending hold user values (messages): each is dropped on its own, so
+        // one panicking `Drop` neither skips the rest nor, panicking again while the first
+        // unwinds, aborts.
+        for action in self.timers.take_all() {
+            user_drop::drop_caught(action);
+        }
     }
 }
+
+/// The panic payload of a fault injected by [`Diagnostics::inject_scheduler_panic`]: the
+/// timer closure that raises it is not contained like others (`Shared::fire_due`).
+struct InjectedFault(&'static str);
 
 /// Who is blocked on something: an actor of some runtime, or a plain OS thread.
 ///
@@ -723,5 +746,15 @@ impl Diagnostics {
     /// Number of scheduler threads.
     pub fn threads(&self) -> usize {
         self.shared.config.threads
+    }
+    /// Makes the next scheduler thread that polls the timers panic with `message`, in
+    /// scheduler code (outside any actor): for tests of what a panic there does (the process
+    /// aborts, see `worker`).
+    pub fn inject_scheduler_panic(&self, message: &'static str) {
+        let fault = crate::wheel::Action::Run(Box::new(move || std::panic::panic_any(InjectedFault(message))));
+        let (_, earliest) = self.shared.timers.insert_action(std::time::Instant::now(), fault);
+        if earliest {
+            self.shared.wake_one();
+        }
     }
 }

@@ -45,6 +45,21 @@
 //! The wake slot is empty whenever the thread parks (it is drained by step 3 before step 6
 //! is reached), and so is the local queue (step 4).
 //!
+//! # A panic in scheduler code
+//!
+//! User code never runs on a scheduler thread's own stack (user `Drop`s released there go
+//! to an actor, see `user_drop`), so a panic in scheduler code is a smarm bug, or a fault
+//! injected by a test. It aborts the process, naming the thread and the panic's message
+//! ([`thread_main`]); `run` neither returns nor hangs. A clean return cannot be made sound:
+//! - actors pinned to the dead thread (suspended mid-unwind: std's panic count is per
+//!   thread) and the actor it held in its wake slot or was switching can never run again,
+//!   so `run` could only return by abandoning them mid-frame: their destructors would never
+//!   run and their join handles never complete (a plain thread joining one would hang);
+//! - their stacks and the runtime could never be freed (waiters registered in channels
+//!   that outlive the runtime point into them), only leaked;
+//! - the state the scheduler was changing when it panicked (a slot's state word, a queue)
+//!   cannot be trusted by the other threads.
+//!
 //! # Why displaced work stays on this thread, and a park may hand the thread over
 //!
 //! - What the wake slot displaces goes to the thread's local queue, which is never private:
@@ -522,8 +537,35 @@ impl Worker {
     }
 }
 
-/// Body of every scheduler thread (including the one that called `Runtime::run`).
+/// Body of every scheduler thread (including the one that called `Runtime::run`). A panic
+/// in it aborts the process (see "A panic in scheduler code" in the module doc).
 pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_thread(shared, index))) {
+        scheduler_panicked(index, &*payload);
+    }
+}
+
+/// Reports a panic that ended scheduler thread `index` and aborts. The payload is not
+/// dropped: its `Drop` could be user code.
+#[cold]
+#[inline(never)]
+fn scheduler_panicked(index: usize, payload: &(dyn std::any::Any + Send)) -> ! {
+    use std::io::Write;
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(|s| s.as_str()))
+        .unwrap_or("Box<dyn Any>");
+    // Not `eprintln!`: it panics if stderr is gone, and nothing may unwind out of here.
+    let _ = writeln!(
+        std::io::stderr(),
+        "smarm: scheduler thread {index} panicked outside any actor: {message}\n\
+         smarm: aborting: actors suspended on that thread can be neither resumed elsewhere nor released"
+    );
+    std::process::abort();
+}
+
+fn run_thread(shared: Arc<Shared>, index: usize) {
     let _alt = AltStack::ensure();
     shared.register_thread(index);
     let worker = Worker {
@@ -585,6 +627,7 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
         let task = (*cell).task.expect("smarm: actor started without a task");
         let reason = actor::run(task, cancelled);
         // Process exit (names, monitors, links) on our own stack, before the slot is freed.
+        // Neither call unwinds: the user Drops they run go through `user_drop::drop_caught`.
         if let Some((shared, pid)) = current_actor_pid() {
             ((*shared).hooks.on_exit)(&*shared, pid, &reason);
         }
