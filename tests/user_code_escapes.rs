@@ -213,6 +213,52 @@ fn killed_actor_returning_a_value_whose_drop_blocks_ends_killed() {
     assert_child_passes("child_killed_actor_returns_value_whose_drop_blocks");
 }
 
+/// A value whose `Drop` receives on a channel nobody sends on (the sender is kept alive
+/// elsewhere): only a stop request raised at the receive ends it.
+struct BlockForeverOnDrop(channel::Receiver<()>);
+
+impl Drop for BlockForeverOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.recv();
+    }
+}
+
+#[test]
+#[ignore = "child process body of a killed actor whose return value blocks for good"]
+fn child_killed_actor_returns_value_whose_drop_blocks_for_good() {
+    if !in_child() {
+        return;
+    }
+    let rt = Runtime::builder().threads(2).quiet_panics(true).build().unwrap();
+    let out = rt.run(|| {
+        let bystanders = spawn_bystanders();
+        let (ready_tx, ready_rx) = channel::channel();
+        let (never_tx, never_rx) = channel::channel::<()>();
+        let (wait_tx, wait_rx) = channel::channel::<()>();
+        let h = smarm::spawn(move || {
+            // The kill's wake resumes this receive (or the first park after it), which raises
+            // the kill; the unwind is swallowed, so the wake is spent.
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                ready_tx.send(()).unwrap();
+                let _ = wait_rx.recv();
+            }));
+            BlockForeverOnDrop(never_rx)
+        });
+        ready_rx.recv().unwrap();
+        smarm::kill(h.pid());
+        assert_killed(h);
+        drop((never_tx, wait_tx));
+        check_bystanders(bystanders);
+        smarm::spawn(|| 7).join().unwrap()
+    });
+    assert_eq!(out.unwrap(), 7);
+}
+
+#[test]
+fn killed_actor_whose_return_value_blocks_for_good_in_drop_still_ends_killed() {
+    assert_child_passes("child_killed_actor_returns_value_whose_drop_blocks_for_good");
+}
+
 #[test]
 #[ignore = "child process body of a pending send_after_addr to an actor that returns"]
 fn child_pending_send_after_addr_with_panicking_drop() {

@@ -21,7 +21,8 @@
 //! A user `Drop` may panic, block or take long. On a scheduler stack a panic ends the
 //! scheduler thread (which aborts the process, see `worker`), and a blocking call blocks
 //! the OS thread with every actor queued on it, its wake slot included. On an actor's stack
-//! all three are harmless. Handing the value to a reaper costs one spawn per batch, paid
+//! all three are harmless (a `Drop` that blocks delays the values buried after it, and a
+//! stop request, at shutdown the runtime's, cuts it short). Handing the value to a reaper costs one spawn per batch, paid
 //! only by values that scheduler code actually drops (a receiver that went away before its
 //! timer fired); a delivered timer message never comes here. Running every timer action on
 //! an actor would instead put a switch on every `send_after`, and handing the value to its

@@ -918,6 +918,13 @@ pub(super) fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
     let (slot, w) = if cancelled && actor_unwinding(slot) {
         switch_out(w, INTENT_YIELD)
     } else {
+        if cancelled {
+            // A pending stop request (one the actor swallowed with `catch_unwind`, or one that
+            // came while it ran) is raised here rather than after a park: the wake that came
+            // with it may have been consumed already, and nothing else may ever wake us.
+            // Returns only for a request the actor defers.
+            check_cancelled(slot);
+        }
         match hand_off_park(w) {
             Some(resumed) => resumed,
             None => switch_out(w, INTENT_PARK),
