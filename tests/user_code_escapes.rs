@@ -110,15 +110,33 @@ impl Drop for PanickingPayload {
     }
 }
 
-/// A message whose `Drop` reports whether it runs on an actor, then panics with a
-/// [`PanickingPayload`].
+/// Where a `Drop` ran.
+#[derive(Debug, PartialEq, Eq)]
+enum DroppedOn {
+    /// An actor's stack.
+    Actor,
+    /// A scheduler thread's own stack (scheduler code).
+    Scheduler,
+    /// A thread that is not running a scheduler.
+    PlainThread,
+}
+
+fn dropped_on() -> DroppedOn {
+    match (smarm::try_current_pid(), smarm::current_thread_index()) {
+        (Some(_), _) => DroppedOn::Actor,
+        (None, Some(_)) => DroppedOn::Scheduler,
+        (None, None) => DroppedOn::PlainThread,
+    }
+}
+
+/// A message whose `Drop` reports where it runs, then panics with a [`PanickingPayload`].
 struct DoublePanicMsg {
-    ran_on_actor: Sender<bool>,
+    report: Sender<DroppedOn>,
 }
 
 impl Drop for DoublePanicMsg {
     fn drop(&mut self) {
-        let _ = self.ran_on_actor.send(smarm::try_current_pid().is_some());
+        let _ = self.report.send(dropped_on());
         std::panic::panic_any(PanickingPayload);
     }
 }
@@ -306,8 +324,8 @@ fn undeliverable_timer_message_with_double_panic(threads: usize) {
         let (report_tx, report_rx) = channel::channel();
         let (tx, rx) = channel::channel::<DoublePanicMsg>();
         drop(rx);
-        let _timer = smarm::send_after(Duration::from_millis(1), &tx, DoublePanicMsg { ran_on_actor: report_tx });
-        assert_eq!(report_rx.recv(), Ok(true), "the undeliverable message was dropped on a scheduler thread's stack");
+        let _timer = smarm::send_after(Duration::from_millis(1), &tx, DoublePanicMsg { report: report_tx });
+        assert_eq!(report_rx.recv(), Ok(DroppedOn::Actor), "where the undeliverable message was dropped");
         check_bystanders(bystanders);
         smarm::spawn(|| 7).join().unwrap()
     });
@@ -334,6 +352,37 @@ fn child_undeliverable_timer_message_two_threads() {
 fn undeliverable_timer_message_is_dropped_on_an_actor_and_its_panics_are_contained() {
     assert_child_passes("child_undeliverable_timer_message_one_thread");
     assert_child_passes("child_undeliverable_timer_message_two_threads");
+}
+
+#[test]
+#[ignore = "child process body of an undeliverable send_after message with no slot for a reaper"]
+fn child_undeliverable_timer_message_without_a_free_slot() {
+    if !in_child() {
+        return;
+    }
+    let (report_tx, report_rx) = channel::channel();
+    // The root takes the only slot: the reaper cannot be spawned.
+    let rt = Runtime::builder().threads(1).max_actors(1).quiet_panics(true).build().unwrap();
+    let out = rt.run(move || {
+        let (tx, rx) = channel::channel::<DoublePanicMsg>();
+        drop(rx);
+        let _timer = smarm::send_after(Duration::from_millis(1), &tx, DoublePanicMsg { report: report_tx });
+        let diag = smarm::__private::Diagnostics::current().unwrap();
+        // One thread: once the wheel is empty, the round that fired the timer has ended.
+        while diag.pending_timers() != 0 {
+            smarm::yield_now();
+        }
+        assert!(matches!(smarm::try_spawn(|| ()), Err(smarm::SpawnError::Full { .. })));
+        7
+    });
+    assert_eq!(out.unwrap(), 7);
+    // Kept until the runtime was dropped, then dropped off the scheduler threads.
+    assert_eq!(report_rx.try_recv(), Ok(DroppedOn::PlainThread));
+}
+
+#[test]
+fn undeliverable_timer_message_waits_for_the_runtimes_end_when_no_reaper_can_start() {
+    assert_child_passes("child_undeliverable_timer_message_without_a_free_slot");
 }
 
 const FAULT: &str = "injected scheduler fault";

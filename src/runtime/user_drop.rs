@@ -21,12 +21,14 @@
 //! A user `Drop` may panic, block or take long. On a scheduler stack a panic ends the
 //! scheduler thread (which aborts the process, see `worker`), and a blocking call blocks
 //! the OS thread with every actor queued on it, its wake slot included. On an actor's stack
-//! all three are harmless (a `Drop` that blocks delays the values buried after it, and a
-//! stop request, at shutdown the runtime's, cuts it short). Handing the value to a reaper costs one spawn per batch, paid
-//! only by values that scheduler code actually drops (a receiver that went away before its
-//! timer fired); a delivered timer message never comes here. Running every timer action on
-//! an actor would instead put a switch on every `send_after`, and handing the value to its
-//! target is not possible: the target is gone.
+//! all three are harmless (a `Drop` that blocks delays the values buried after it, until a
+//! stop request, at shutdown the runtime's, cuts it short).
+//!
+//! Handing the value to a reaper costs one spawn per batch, paid only by values that
+//! scheduler code actually drops (a receiver that went away before its timer fired); a
+//! delivered timer message never comes here. Running every timer action on an actor would
+//! instead put a switch on every `send_after`, and handing the value to its target is not
+//! possible: the target is gone.
 //!
 //! # Reaper protocol
 //!
@@ -172,5 +174,39 @@ impl Drop for Reaper {
                 drop_caught(item);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{drop_caught, NESTED_PANICS};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A value whose `Drop` counts itself, then, while `.0 > 0`, panics with the next link
+    /// of the chain as the payload.
+    struct Chain(usize, &'static AtomicUsize);
+
+    impl Drop for Chain {
+        fn drop(&mut self) {
+            // Relaxed: counted and read on this thread.
+            self.1.fetch_add(1, Ordering::Relaxed);
+            if self.0 > 0 {
+                std::panic::panic_any(Chain(self.0 - 1, self.1));
+            }
+        }
+    }
+
+    #[test]
+    fn drop_caught_drops_every_payload_of_a_chain_of_panicking_drops() {
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        drop_caught(Chain(5, &DROPS));
+        assert_eq!(DROPS.load(Ordering::Relaxed), 6);
+    }
+
+    #[test]
+    fn drop_caught_leaks_the_rest_of_an_endless_chain_after_a_bound() {
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        drop_caught(Chain(usize::MAX, &DROPS));
+        assert_eq!(DROPS.load(Ordering::Relaxed), NESTED_PANICS + 1);
     }
 }

@@ -52,7 +52,7 @@
 //! injected by a test. It aborts the process, naming the thread and the panic's message
 //! ([`thread_main`]); `run` neither returns nor hangs. A clean return cannot be made sound:
 //! - actors pinned to the dead thread (suspended mid-unwind: std's panic count is per
-//!   thread) and the actor it held in its wake slot or was switching can never run again,
+//!   thread), and the one in its wake slot (known to that thread only), can never run again,
 //!   so `run` could only return by abandoning them mid-frame: their destructors would never
 //!   run and their join handles never complete (a plain thread joining one would hang);
 //! - their stacks and the runtime could never be freed (waiters registered in channels
