@@ -11,7 +11,7 @@
 //! ```text
 //!  high addresses
 //!  +--------------------------+ <- saved sp + 56
-//!  | return address           |    where the context resumes (`ret`)
+//!  | return address           |    where the context resumes (`pop rcx; jmp rcx`)
 //!  | rbp                      |
 //!  | rbx                      |
 //!  | r12                      |
@@ -25,11 +25,11 @@
 //! # A fresh actor stack
 //!
 //! [`init_stack`] writes a fake saved context at the top of a new stack, so the first
-//! `switch_to_actor` "returns" into `smarm_actor_trampoline`:
+//! `switch_to_actor` "returns" into the trampoline (`smarm_actor_trampoline_entry`):
 //!
 //! ```text
 //!  top (16-aligned, end of the mapping)
-//!  top-8   smarm_actor_trampoline   <- popped by `ret`; rsp becomes `top` (16-aligned)
+//!  top-8   trampoline entry         <- popped into rcx and jumped to; rsp becomes `top`
 //!  top-16  rbp = 0
 //!  top-24  rbx = entry argument     -> moved to rdi by the trampoline
 //!  top-32  r12 = entry function     -> called by the trampoline
@@ -43,6 +43,16 @@
 //!
 //! Both switch directions resume the other side with `pop rcx; jmp rcx` rather than `ret`
 //! (see the header of `asm/x86_64.S` for why and what it measured).
+//!
+//! # Unwinding through a switch
+//!
+//! The switch routines carry CFI that is exact at every instruction (header of
+//! `asm/x86_64.S`, "Unwind info"): a profiler's signal that interrupts a switch unwinds
+//! through the leaving context's frames while the registers are being pushed, and through
+//! the resumed context's frames once the stack pointer has moved, ending at the
+//! trampoline (an actor stack) or at the thread's own root (a scheduler stack).
+//! `tests/profiler_unwind.rs` samples switching actors with `SIGPROF` and walks every
+//! sample.
 //!
 //! # Floating-point control state
 //!
@@ -110,6 +120,55 @@ extern "sysv64" {
     fn smarm_switch_to_actor(target_sp: usize, save_sp_out: *mut usize, resume_value: usize) -> usize;
     fn smarm_switch_to_scheduler(sched_sp: usize) -> usize;
     fn smarm_actor_trampoline();
+    fn smarm_actor_trampoline_entry();
+}
+
+// Labels inside the asm routines (code addresses, never read or called): where each switch
+// routine's tail (the part after the stack switch) starts and where the routine ends.
+extern "C" {
+    static smarm_switch_to_actor_tail: u8;
+    static smarm_switch_to_actor_end: u8;
+    static smarm_switch_to_scheduler_tail: u8;
+    static smarm_switch_to_scheduler_end: u8;
+    static smarm_actor_trampoline_end: u8;
+}
+
+/// Where one of the asm routines lies in memory, for tests that sample the instruction
+/// pointer (a profiler's view, `tests/profiler_unwind.rs`).
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+pub struct AsmRoutine {
+    /// The routine's symbol.
+    pub name: &'static str,
+    /// Its instructions.
+    pub code: core::ops::Range<usize>,
+    /// Where execution enters it: the symbol for a switch routine; for the trampoline, the
+    /// fake return address of a fresh stack.
+    pub entry: usize,
+    /// For a switch routine, its first instruction after the stack switch.
+    pub tail: Option<usize>,
+}
+
+/// The context-switch routines and the fresh-stack trampoline, with their address ranges.
+#[doc(hidden)]
+pub fn asm_routines() -> [AsmRoutine; 3] {
+    let to_actor = smarm_switch_to_actor as *const () as usize;
+    let to_sched = smarm_switch_to_scheduler as *const () as usize;
+    let tramp = smarm_actor_trampoline as *const () as usize;
+    let tramp_entry = smarm_actor_trampoline_entry as *const () as usize;
+    // `&raw const` of an extern static takes its address without reading it.
+    let (a_tail, a_end, s_tail, s_end, t_end) = (
+        &raw const smarm_switch_to_actor_tail as usize,
+        &raw const smarm_switch_to_actor_end as usize,
+        &raw const smarm_switch_to_scheduler_tail as usize,
+        &raw const smarm_switch_to_scheduler_end as usize,
+        &raw const smarm_actor_trampoline_end as usize,
+    );
+    [
+        AsmRoutine { name: "smarm_switch_to_actor", code: to_actor..a_end, entry: to_actor, tail: Some(a_tail) },
+        AsmRoutine { name: "smarm_switch_to_scheduler", code: to_sched..s_end, entry: to_sched, tail: Some(s_tail) },
+        AsmRoutine { name: "smarm_actor_trampoline", code: tramp..t_end, entry: tramp_entry, tail: None },
+    ]
 }
 
 /// Entry function of a fresh stack: called by the trampoline with the argument given to
@@ -127,13 +186,13 @@ pub(crate) unsafe fn init_stack(top: *mut u8, entry: EntryFn, arg: *mut u8) -> u
     debug_assert_eq!(top as usize % 16, 0, "stack top must be 16-byte aligned");
     let top = top as *mut u64;
     let words: [u64; 7] = [
-        0,                                                   // top-56: r15
-        0,                                                   // top-48: r14
-        0,                                                   // top-40: r13
-        entry as *const () as usize as u64,                  // top-32: r12 = entry function
-        arg as u64,                                          // top-24: rbx = entry argument
-        0,                                                   // top-16: rbp
-        smarm_actor_trampoline as *const () as usize as u64, // top-8: return address
+        0,                                                         // top-56: r15
+        0,                                                         // top-48: r14
+        0,                                                         // top-40: r13
+        entry as *const () as usize as u64,                        // top-32: r12 = entry function
+        arg as u64,                                                // top-24: rbx = entry argument
+        0,                                                         // top-16: rbp
+        smarm_actor_trampoline_entry as *const () as usize as u64, // top-8: return address
     ];
     // SAFETY: the caller guarantees `top - 56 .. top` is writable and aligned; we write
     // exactly those seven words.

@@ -146,7 +146,7 @@ mod api {
     /// Internals exposed for benchmarks and tests; not a stable API.
     #[doc(hidden)]
     pub mod __private {
-        pub use crate::context::raw_switch_pair_ticks;
+        pub use crate::context::{asm_routines, raw_switch_pair_ticks, AsmRoutine};
         pub use crate::preempt::rdtsc;
         pub use crate::runtime::worker::scheduler_assigned_thread;
         pub use crate::runtime::Diagnostics;
