@@ -101,9 +101,10 @@
 //!    contains a non-`pure` `asm!` barrier (so LLVM can neither inline it nor prove it
 //!    side-effect free and merge two calls across a switch), and returns values, never
 //!    references;
-//! 2. the set of such thread-locals is tiny: the current worker and the current actor
-//!    (see `runtime::worker`); everything else hangs off the actor control block or the
-//!    worker struct reached through them;
+//! 2. the set of such thread-locals is tiny: the current worker (see `runtime::worker`),
+//!    std's panic count (read through `runtime::worker::thread_panicking`) and, in ASan
+//!    builds, the thread's stack bounds (`asan::thread_stack`); everything else hangs off
+//!    the actor control block or the worker struct reached through the worker;
 //! 3. every switch is followed by [`tls_fence`];
 //! 4. debug builds assert after every resume that the actor runs on the thread the
 //!    scheduler handed it to;
@@ -374,8 +375,14 @@ pub(crate) mod asan {
         static THREAD_STACK: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
     }
 
-    /// The calling OS thread's stack bounds.
+    /// The calling OS thread's stack bounds. Reached from actor stacks (every switch back
+    /// to the scheduler), so it obeys the thread-local rule of the module doc: out of line,
+    /// with a non-`pure` asm barrier, returning values.
+    #[inline(never)]
     pub(crate) fn thread_stack() -> (usize, usize) {
+        // SAFETY: an empty, non-pure asm block: LLVM must assume it has side effects, so it
+        // can neither treat this function as pure nor merge two calls across a switch.
+        unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
         let cached = THREAD_STACK.with(|c| c.get());
         if cached.1 != 0 {
             return cached;
