@@ -30,10 +30,12 @@
 //!
 //! [`install_overflow_handler`] installs (once per process) a `SIGSEGV`/`SIGBUS` handler
 //! that runs on an alternate signal stack ([`AltStack`], one per scheduler thread). If the
-//! faulting address is in the guard page of the actor running on that thread it prints
-//! `smarm: actor <pid> overflowed its N KiB stack` and aborts, like std does for threads;
-//! any other fault is passed to the previously installed handler (std's own, or the
-//! default action).
+//! faulting address is in the guard page of an actor whose stack that thread may be using
+//! (the running actor, and during a hand-off also the actor handing the thread over, whose
+//! switch pushes its last registers after the thread already names the next actor as
+//! running) it prints `smarm: actor <pid> overflowed its N KiB stack` and aborts, like std
+//! does for threads; any other fault is passed to the previously installed handler (std's
+//! own, or the default action).
 
 use std::io;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -269,22 +271,23 @@ static GLOBAL_WARM: Mutex<Vec<Stack>> = Mutex::new(Vec::new());
 // Overflow handler
 // ------------------------------------------------------------------------------------------
 
-/// The actor running on this thread, as the overflow handler sees it. Provided by the
-/// runtime; returns `(guard_lo, guard_hi, pid_index, pid_generation, usable_bytes)`.
-pub(crate) type CurrentGuardFn = fn() -> Option<(usize, usize, u32, u32, usize)>;
+/// Provided by the runtime, called by the overflow handler on the faulting thread: the actor
+/// whose guard page holds the faulting address, among those whose stacks this thread may
+/// be using (see the module doc), as `(pid_index, pid_generation, usable_bytes)`.
+pub(crate) type GuardOwnerFn = fn(fault_addr: usize) -> Option<(u32, u32, usize)>;
 
 static INSTALL: Once = Once::new();
 static mut PREV_SEGV: core::mem::MaybeUninit<libc::sigaction> = core::mem::MaybeUninit::zeroed();
 static mut PREV_BUS: core::mem::MaybeUninit<libc::sigaction> = core::mem::MaybeUninit::zeroed();
-static mut CURRENT_GUARD: Option<CurrentGuardFn> = None;
+static mut GUARD_OWNER: Option<GuardOwnerFn> = None;
 
 /// Installs the SIGSEGV/SIGBUS handler once per process.
-pub(crate) fn install_overflow_handler(current: CurrentGuardFn) {
+pub(crate) fn install_overflow_handler(owner: GuardOwnerFn) {
     INSTALL.call_once(|| {
         // SAFETY: runs once, before any handler that reads these statics is installed; the
         // handler only reads them after `sigaction` below publishes it.
         unsafe {
-            CURRENT_GUARD = Some(current);
+            GUARD_OWNER = Some(owner);
             let mut sa: libc::sigaction = core::mem::zeroed();
             sa.sa_sigaction = overflow_handler as *const () as usize;
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
@@ -298,12 +301,10 @@ pub(crate) fn install_overflow_handler(current: CurrentGuardFn) {
 extern "C" fn overflow_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
-    // SAFETY: CURRENT_GUARD is written once before the handler is installed.
-    let current = unsafe { CURRENT_GUARD };
-    if let Some((lo, hi, idx, gen, usable)) = current.and_then(|f| f()) {
-        if addr >= lo && addr < hi {
-            report_overflow(idx, gen, usable / 1024);
-        }
+    // SAFETY: GUARD_OWNER is written once before the handler is installed.
+    let owner = unsafe { GUARD_OWNER };
+    if let Some((idx, gen, usable)) = owner.and_then(|f| f(addr)) {
+        report_overflow(idx, gen, usable / 1024);
     }
     // Not ours: hand the fault to whoever was installed before us.
     // SAFETY: PREV_* were filled by the sigaction calls that installed this handler.

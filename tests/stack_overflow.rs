@@ -7,6 +7,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use smarm::Runtime;
 
@@ -159,4 +160,190 @@ fn null_pointer_write_in_actor_is_not_reported_as_overflow() {
     reported_pid(&stderr); // the child got as far as the faulting write
     assert_eq!(status.signal(), Some(libc::SIGSEGV), "child status {status:?}; stderr:\n{stderr}");
     assert!(!stderr.contains("overflowed"), "a wild write was reported as a stack overflow; stderr:\n{stderr}");
+}
+
+// ------------------------------------------------------------------------------------------
+// An overflow inside a hand-off. A parking actor that hands its thread to the actor in the
+// wake slot names that actor as the thread's running one before it switches; the switch's
+// own pushes (the parking actor's last writes to its stack) follow. An overflow there must
+// still be reported as the parking actor's.
+// ------------------------------------------------------------------------------------------
+
+/// Written over the free part of an actor's stack to see how deep a call reaches.
+const PATTERN: usize = 0x5A5A_A5A5_DEAD_BEEF;
+const HANDOFF_STACK: usize = 64 * 1024;
+
+/// Runs `body` with the stack pointer moved down to `sp` (16-aligned) on the current
+/// stack, then moves it back. `body` may park: the actor's saved context is then below `sp`.
+#[inline(never)]
+fn with_stack_pointer_at(sp: usize, body: &mut dyn FnMut()) {
+    extern "C" fn run(body: *mut &mut dyn FnMut()) {
+        // SAFETY: `body` points to the reference passed below, alive for the whole call.
+        unsafe { (*body)() }
+    }
+    assert_eq!(sp % 16, 0, "the ABI wants rsp 16-aligned before a call");
+    let mut body = body;
+    // SAFETY: `sp` lies in the free part of this actor's stack, below our frames (the test
+    // may place it so that `body`'s deepest write hits the guard page, which is the point);
+    // r12 (callee-saved) keeps the real stack pointer across the call and restores it; `run`
+    // follows the C ABI and `clobber_abi` tells the compiler what it may clobber.
+    unsafe {
+        core::arch::asm!(
+            "mov r12, rsp",
+            "mov rsp, {sp}",
+            "call {run}",
+            "mov rsp, r12",
+            sp = in(reg) sp,
+            run = in(reg) run as extern "C" fn(*mut &mut dyn FnMut()),
+            in("rdi") &mut body as *mut &mut dyn FnMut(),
+            out("r12") _,
+            clobber_abi("C"),
+        );
+    }
+}
+
+/// The lowest usable address of the calling actor's stack. The trampoline's `call` left its
+/// return address (the address of its final `ud2`) in the top word of every actor stack.
+fn own_stack_bottom(usable: usize) -> usize {
+    let tramp = smarm::__private::asm_routines()
+        .into_iter()
+        .find(|r| r.name == "smarm_actor_trampoline")
+        .expect("the trampoline is listed");
+    let ud2 = tramp.code.end - 2;
+    let here = 0usize;
+    let mut p = std::hint::black_box(&here) as *const usize as usize;
+    let limit = p + 16 * 1024;
+    // SAFETY: reads words of our own stack from this frame up to its top, where the scan
+    // stops; the limit keeps a failed search within the stack (64 KiB).
+    while p < limit && unsafe { (p as *const usize).read() } != ud2 {
+        p += 8;
+    }
+    assert!(p < limit, "the trampoline's return address is not within 16 KiB above this frame");
+    let top = p + 8;
+    assert_eq!(top % 4096, 0, "an actor stack ends on a page boundary");
+    top - usable
+}
+
+fn fill_with_pattern(lo: usize, hi: usize) {
+    let mut p = lo;
+    while p < hi {
+        // SAFETY: the caller passes free stack of its own, below its frames.
+        unsafe { (p as *mut usize).write_volatile(PATTERN) };
+        p += 8;
+    }
+}
+
+/// Lowest word of `[lo, hi)` that no longer holds `PATTERN`.
+fn lowest_written(lo: usize, hi: usize) -> usize {
+    let mut p = lo;
+    // SAFETY: `[lo, hi)` is free stack of a parked actor on this thread: mapped, and nothing
+    // writes it while we read.
+    while p < hi && unsafe { (p as *const usize).read_volatile() } == PATTERN {
+        p += 8;
+    }
+    p
+}
+
+/// True if `ra` follows a call to `target`: `call rel32`, or `call [rip + disp32]` through
+/// a GOT slot (how rustc calls an extern function from a position-independent executable).
+fn follows_call_to(ra: usize, target: usize) -> bool {
+    let mapped = |a: usize| {
+        // SAFETY: dladdr only looks the address up in the loaded objects' tables.
+        let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+        unsafe { libc::dladdr(a as *const libc::c_void, &mut info) != 0 && info.dli_fbase as usize <= a - 6 }
+    };
+    if ra < 4096 || !mapped(ra) {
+        return false;
+    }
+    // SAFETY: `ra - 6 .. ra` lies in a loaded object (checked above); plain byte reads.
+    let code = unsafe { ((ra - 6) as *const [u8; 6]).read() };
+    let rel = i32::from_le_bytes([code[2], code[3], code[4], code[5]]) as isize;
+    if code[1] == 0xE8 {
+        return ra.wrapping_add_signed(rel) == target;
+    }
+    let slot = ra.wrapping_add_signed(rel);
+    // SAFETY: the GOT slot lies in a loaded object (checked); an aligned pointer-sized read.
+    code[..2] == [0xFF, 0x15] && mapped(slot) && unsafe { (slot as *const usize).read() } == target
+}
+
+/// What B found on A's stack while A was parked: the lowest written word, and whether it
+/// is the bottom of the saved context of a hand-off switch.
+static LOWEST_WRITTEN: AtomicUsize = AtomicUsize::new(0);
+static SAVED_BY_HAND_OFF: AtomicBool = AtomicBool::new(false);
+
+/// A message for B: scan `lo..hi` of the parked root's stack, then let `c` end.
+struct Scan {
+    lo: usize,
+    hi: usize,
+    release_c: smarm::channel::Sender<()>,
+}
+
+#[test]
+#[ignore = "child process body of overflow_during_a_hand_off_names_the_actor_that_overflowed"]
+fn child_actor_overflows_in_a_hand_off() {
+    if !in_child() {
+        return;
+    }
+    disable_core_dumps();
+    let rt = Runtime::builder().threads(1).stack_size(HANDOFF_STACK).build().unwrap();
+    let r = rt.run(|| {
+        let lo = own_stack_bottom(HANDOFF_STACK);
+        let switch_to_actor = smarm::__private::asm_routines()[0].entry;
+        let (to_b, b_rx) = smarm::channel::channel::<Scan>();
+        // B: parked in a receive, so each message wakes it into this thread's wake slot,
+        // and the root's join that follows hands the thread straight to it.
+        let b = smarm::spawn(move || {
+            while let Ok(Scan { lo, hi, release_c }) = b_rx.recv() {
+                // First thing after the hand-off: the root's stack as its park left it.
+                let low = lowest_written(lo, hi);
+                // SAFETY: `low + 48` is within the scanned, mapped range when it was written.
+                let ra = if low + 56 <= hi { unsafe { ((low + 48) as *const usize).read() } } else { 0 };
+                LOWEST_WRITTEN.store(low, Ordering::SeqCst);
+                SAVED_BY_HAND_OFF.store(follows_call_to(ra, switch_to_actor), Ordering::SeqCst);
+                let _ = release_c.send(());
+            }
+        });
+        smarm::yield_now(); // B parks in its receive
+                            // One round: the root joins an actor C that ends once B has scanned; the join parks
+                            // by handing the thread to B. Run with the stack pointer at `sp`.
+        let round = |sp: usize, scan_hi: usize| {
+            let (release_c, c_rx) = smarm::channel::channel::<()>();
+            let c = smarm::spawn(move || {
+                let _ = c_rx.recv();
+            });
+            smarm::yield_now(); // C parks in its receive
+            to_b.send(Scan { lo, hi: scan_hi, release_c }).unwrap();
+            let c = std::cell::Cell::new(Some(c));
+            with_stack_pointer_at(sp, &mut || c.take().expect("one join").join().unwrap());
+        };
+        // Calibration: how far below its caller's stack pointer does a join that parks by
+        // handing off write? Twice: the second takes the paths every later round takes.
+        let x1 = lo + HANDOFF_STACK / 2;
+        for _ in 0..2 {
+            fill_with_pattern(lo, x1);
+            round(x1, x1);
+        }
+        let depth = x1 - LOWEST_WRITTEN.load(Ordering::SeqCst);
+        assert!(
+            SAVED_BY_HAND_OFF.load(Ordering::SeqCst),
+            "calibration: the deepest write of the join ({depth} bytes down) is not the saved context of a \
+             hand-off switch; this scenario no longer reaches the hand-off"
+        );
+        // Now with the stack pointer placed so that the deepest of those writes (the last
+        // push of the switch) is the first word below the usable stack.
+        eprintln!("{PID_MARKER}{}", smarm::current_pid());
+        round(lo + depth - 8, lo);
+        drop(to_b);
+        b.join()
+    });
+    eprintln!("child: the runtime returned after a hand-off on an exhausted stack: {r:?}");
+}
+
+#[test]
+fn overflow_during_a_hand_off_names_the_actor_that_overflowed() {
+    let (status, stderr) = run_child("child_actor_overflows_in_a_hand_off");
+    let pid = reported_pid(&stderr);
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "child status {status:?}; stderr:\n{stderr}");
+    let want = format!("smarm: actor {pid} overflowed its 64 KiB stack\n");
+    assert!(stderr.contains(&want), "expected {want:?} naming the faulting actor; stderr:\n{stderr}");
 }

@@ -2,9 +2,10 @@
 //! the exit reason a behaviour chose for itself, and the process-wide panic hook and
 //! stack-overflow handler.
 
+use std::sync::atomic::Ordering;
 use std::sync::Once;
 
-use super::worker::{current_actor_pid, current_worker, thread_panicking};
+use super::worker::{current_actor_pid, current_worker, thread_panicking, NONE};
 use crate::exit::DownReason;
 use crate::slot_state::Slot;
 use crate::stack::{self, GUARD_BYTES};
@@ -117,23 +118,26 @@ pub(crate) fn install_process_hooks() {
             }
         }));
     });
-    stack::install_overflow_handler(current_guard);
+    stack::install_overflow_handler(guard_owner);
 }
 
-/// For the overflow handler: the guard page and identity of the actor running here.
-fn current_guard() -> Option<(usize, usize, u32, u32, usize)> {
+/// For the overflow handler: the actor whose guard page holds `addr`, among the running
+/// actor and, during a hand-off, the actor handing this thread over (it is no longer
+/// `current` while its switch pushes its registers; see `worker::hand_off_park`).
+fn guard_owner(addr: usize) -> Option<(u32, u32, usize)> {
     let w = current_worker();
     if w.is_null() {
         return None;
     }
     // SAFETY: this thread's live worker (the handler runs on the faulting thread).
     let w = unsafe { &*w };
-    let pid = w.current_pid()?;
-    let cell = w.shared.slab.slot(pid.index()).cell.get();
-    // SAFETY: the running actor's control block; the fields are plain integers.
-    let (base, len) = unsafe { ((*cell).stack_base, (*cell).stack_len) };
-    if len == 0 {
-        return None;
-    }
-    Some((base, base + GUARD_BYTES, pid.index(), pid.generation(), len - GUARD_BYTES))
+    [w.current.get(), w.handed_from.get()].into_iter().filter(|&i| i != NONE).find_map(|index| {
+        let slot = w.shared.slab.slot(index);
+        // SAFETY: the control block of an actor whose stack this thread is using (running,
+        // or handing over and not yet parked); the fields are plain integers.
+        let (base, len) = unsafe { ((*slot.cell.get()).stack_base, (*slot.cell.get()).stack_len) };
+        // Relaxed: the actor's generation cannot change while this thread uses its stack.
+        let gen = (slot.state.load(Ordering::Relaxed) >> 32) as u32;
+        (len != 0 && addr >= base && addr < base + GUARD_BYTES).then(|| (index, gen, len - GUARD_BYTES))
+    })
 }

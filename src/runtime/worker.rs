@@ -790,9 +790,11 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
         // `next` returns to the scheduler we would have returned to.
         (*next_cell).sched_sp = (*cell).sched_sp;
     }
-    w.current.set(next);
+    // `handed_from` first: from the moment `next` is `current` until our switch has pushed
+    // its last register, an overflow of our stack is found through it (`guard_owner`).
     w.handed_from.set(index);
     w.handed_slot.set(slot);
+    w.current.set(next);
     w.slice_start.set(0);
     #[cfg(debug_assertions)]
     crate::raw_mutex::order::assert_none_held();
