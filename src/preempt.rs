@@ -18,7 +18,7 @@
 //! buy nothing.
 
 use crate::runtime::current_worker;
-use crate::slot_state::Slot;
+use crate::slot_state::{Pid, Slot};
 use core::marker::PhantomData;
 
 pub use crate::context::rdtsc;
@@ -79,7 +79,21 @@ fn preempt_slow() {
 }
 
 /// While alive, [`maybe_preempt`] does not yield the running actor (explicit blocking calls
-/// still do). Nestable. Not `Send`: it belongs to the actor that created it.
+/// still do). Nestable.
+///
+/// A guard belongs to the actor that created it: it must be dropped by that actor. It is
+/// not `Send`, so it cannot move to another thread:
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>() {}
+/// assert_send::<smarm::NoPreempt>();
+/// ```
+///
+/// but a `thread_local!` can still carry it to another actor that later runs on the same
+/// thread. Dropping it there panics (unless that actor is already unwinding, when the drop
+/// does nothing) and leaves the creator's nesting count alone: the creator then stays
+/// unpreemptible until it ends. Dropped outside any actor (a thread-local's destructor when
+/// a scheduler thread exits, after every actor has ended), it does nothing.
 ///
 /// ```
 /// smarm::run(|| {
@@ -88,27 +102,34 @@ fn preempt_slow() {
 /// });
 /// ```
 pub struct NoPreempt {
-    slot: Option<&'static Slot>,
+    /// The actor whose nesting count this guard raised (None: created off an actor, inert).
+    /// Only compared with the running actor's pid, never used to reach the actor.
+    owner: Option<Pid>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl NoPreempt {
     /// Suppresses preemption of the calling actor until dropped. Off a runtime it is inert.
     pub fn new() -> NoPreempt {
-        let w = current_worker();
-        let slot = if w.is_null() {
-            None
-        } else {
-            // SAFETY: this thread's live worker. The slab outlives the running actor, and
-            // the guard cannot leave the actor (not Send), so 'static is not observable.
-            unsafe { (*w).current_slot().map(|s| &*(s as *const Slot)) }
-        };
-        if let Some(s) = slot {
-            // SAFETY: the running actor's own control block.
-            unsafe { (*s.cell.get()).no_preempt += 1 };
-        }
-        NoPreempt { slot, _not_send: PhantomData }
+        let owner = running_actor().map(|(slot, pid)| {
+            // SAFETY: the running actor's own control block, on its own thread.
+            unsafe { (*slot.cell.get()).no_preempt += 1 };
+            pid
+        });
+        NoPreempt { owner, _not_send: PhantomData }
     }
+}
+
+/// The running actor's slot and pid, if an actor is running on this thread. The slot is
+/// valid until the actor next switches (callers use it at once).
+fn running_actor<'a>() -> Option<(&'a Slot, Pid)> {
+    let w = current_worker();
+    if w.is_null() {
+        return None;
+    }
+    // SAFETY: this thread's live worker; nothing here switches.
+    let w = unsafe { &*w };
+    Some((w.current_slot()?, w.current_pid()?))
 }
 
 impl Default for NoPreempt {
@@ -119,9 +140,20 @@ impl Default for NoPreempt {
 
 impl Drop for NoPreempt {
     fn drop(&mut self) {
-        if let Some(s) = self.slot {
-            // SAFETY: the guard's actor is the one running (the guard is not Send).
-            unsafe { (*s.cell.get()).no_preempt -= 1 };
+        let Some(owner) = self.owner else { return };
+        match running_actor() {
+            Some((slot, pid)) if pid == owner => {
+                // SAFETY: the guard's actor is the one running: its own control block, on
+                // its own thread.
+                unsafe { (*slot.cell.get()).no_preempt -= 1 };
+            }
+            Some((_, pid)) if !crate::runtime::worker::thread_panicking() => panic!(
+                "smarm::NoPreempt created by actor {owner} dropped by actor {pid}: a guard must be \
+                 dropped by the actor that created it (a thread_local! carried it to another actor)"
+            ),
+            // Another actor that is already unwinding (a second panic would abort), or no
+            // actor at all: leave the owner's count alone.
+            _ => {}
         }
     }
 }

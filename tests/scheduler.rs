@@ -325,6 +325,60 @@ fn nested_no_preempt_guards_hold_until_the_outermost_is_dropped() {
     assert!(ran_after, "maybe_preempt never yielded after the outer guard was dropped");
 }
 
+thread_local! {
+    /// Where an actor leaves its NoPreempt guard for whichever actor runs next on the thread.
+    static STASHED_GUARD: std::cell::RefCell<Option<NoPreempt>> = const { std::cell::RefCell::new(None) };
+}
+
+#[test]
+fn no_preempt_guard_dropped_by_another_actor_panics_and_keeps_its_owner_unpreemptible() {
+    let rt = Runtime::builder().threads(1).timeslice_cycles(1_000).quiet_panics(true).build().unwrap();
+    let (drop_panic, ran_while_owner_spun, owner_ticks) = rt
+        .run(|| {
+            let (stored_tx, stored_rx) = smarm::channel::channel::<()>();
+            let (go_tx, go_rx) = smarm::channel::channel::<()>();
+            // The owner creates a guard and leaves it in a thread-local; the only thread
+            // then runs the thief, which finds it there.
+            let owner = smarm::spawn(move || {
+                STASHED_GUARD.with(|g| *g.borrow_mut() = Some(NoPreempt::new()));
+                stored_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                // Our count must still be raised: with a queued actor and a 1,000-tick slice,
+                // many slices of maybe_preempt must not yield.
+                let ran = Arc::new(AtomicBool::new(false));
+                let other = {
+                    let ran = ran.clone();
+                    smarm::spawn(move || ran.store(true, Ordering::SeqCst))
+                };
+                let start = smarm::__private::rdtsc();
+                for i in 0..1_000_000u64 {
+                    smarm::maybe_preempt();
+                    std::hint::black_box(i);
+                }
+                let ticks = smarm::__private::rdtsc() - start;
+                let ran_while_spinning = ran.load(Ordering::SeqCst);
+                other.join().unwrap();
+                (ran_while_spinning, ticks)
+            });
+            stored_rx.recv().unwrap();
+            let thief = smarm::spawn(|| {
+                let guard = STASHED_GUARD.with(|g| g.borrow_mut().take()).expect("the owner stashed its guard");
+                catch_unwind(AssertUnwindSafe(move || drop(guard)))
+                    .err()
+                    .map(|p| p.downcast_ref::<String>().cloned().unwrap_or_else(|| "a non-String panic".to_string()))
+            });
+            let drop_panic = thief.join().unwrap();
+            go_tx.send(()).unwrap();
+            let (ran, ticks) = owner.join().unwrap();
+            (drop_panic, ran, ticks)
+        })
+        .unwrap();
+    let msg = drop_panic.expect("dropping another actor's NoPreempt guard did not panic");
+    assert!(msg.contains("NoPreempt") && msg.contains("dropped by actor"), "panic message: {msg}");
+    assert!(owner_ticks > 100 * 1_000, "the owner's loop did not outlast the timeslice ({owner_ticks} ticks)");
+    assert!(!ran_while_owner_spun, "the foreign drop lowered the owner's count: it was preempted");
+}
+
 // ---------------------------------------------------------------------------------------
 // root exit and shutdown
 
