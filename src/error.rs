@@ -11,6 +11,13 @@ use crate::exit::DownReason;
 pub enum BuildError {
     /// `threads(0)`.
     ZeroThreads,
+    /// `threads` above the supported maximum ([`MAX_THREADS`](crate::MAX_THREADS)).
+    TooManyThreads {
+        /// The value passed to the builder.
+        requested: usize,
+        /// The largest accepted value.
+        maximum: usize,
+    },
     /// `max_actors(0)`.
     ZeroMaxActors,
     /// `max_actors` above the supported maximum.
@@ -27,6 +34,13 @@ pub enum BuildError {
         /// The smallest accepted value.
         minimum: usize,
     },
+    /// `stack_size` above the supported maximum ([`MAX_STACK_SIZE`](crate::MAX_STACK_SIZE)).
+    StackTooLarge {
+        /// The value passed to the builder.
+        requested: usize,
+        /// The largest accepted value.
+        maximum: usize,
+    },
     /// `lifo_run_limit(0)`: an actor placed in the wake slot would never run.
     ZeroLifoRunLimit,
     /// `timeslice_cycles(0)`.
@@ -37,12 +51,18 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildError::ZeroThreads => f.write_str("smarm: a runtime needs at least one scheduler thread"),
+            BuildError::TooManyThreads { requested, maximum } => {
+                write!(f, "smarm: threads {requested} exceeds the supported maximum {maximum}")
+            }
             BuildError::ZeroMaxActors => f.write_str("smarm: max_actors must be at least 1"),
             BuildError::TooManyActors { requested, maximum } => {
                 write!(f, "smarm: max_actors {requested} exceeds the supported maximum {maximum}")
             }
             BuildError::StackTooSmall { requested, minimum } => {
                 write!(f, "smarm: stack_size {requested} bytes is below the minimum of {minimum} bytes")
+            }
+            BuildError::StackTooLarge { requested, maximum } => {
+                write!(f, "smarm: stack_size {requested} bytes exceeds the maximum of {maximum} bytes")
             }
             BuildError::ZeroLifoRunLimit => f.write_str("smarm: lifo_run_limit must be at least 1"),
             BuildError::ZeroTimeslice => f.write_str("smarm: timeslice_cycles must be at least 1"),

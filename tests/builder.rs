@@ -78,6 +78,70 @@ fn small_stack_is_rejected_with_the_minimum() {
 }
 
 #[test]
+fn stack_size_above_the_maximum_is_rejected_with_the_maximum() {
+    for requested in [usize::MAX, usize::MAX - 4095, smarm::MAX_STACK_SIZE + 1] {
+        let e = build_err(Runtime::builder().stack_size(requested), &format!("stack_size({requested})"));
+        match e {
+            BuildError::StackTooLarge { requested: r, maximum } => {
+                assert_eq!(r, requested);
+                assert_eq!(maximum, smarm::MAX_STACK_SIZE);
+            }
+            ref other => panic!("expected StackTooLarge, got {other:?}"),
+        }
+        assert_display_mentions(&e, &["stack_size", &requested.to_string(), &smarm::MAX_STACK_SIZE.to_string()]);
+    }
+    // The maximum is accepted and runs an actor (its stack is reserved, not committed).
+    let rt = Runtime::builder().threads(1).stack_size(smarm::MAX_STACK_SIZE).max_actors(4).build().unwrap();
+    assert_eq!(rt.run(|| smarm::spawn(|| 6 * 7).join().unwrap()).unwrap(), 42);
+}
+
+#[test]
+fn too_many_threads_is_rejected_with_the_maximum() {
+    for requested in [usize::MAX, 1 << 40, smarm::MAX_THREADS + 1] {
+        let e = build_err(Runtime::builder().threads(requested), &format!("threads({requested})"));
+        match e {
+            BuildError::TooManyThreads { requested: r, maximum } => {
+                assert_eq!(r, requested);
+                assert_eq!(maximum, smarm::MAX_THREADS);
+            }
+            ref other => panic!("expected TooManyThreads, got {other:?}"),
+        }
+        assert_display_mentions(&e, &["threads", &requested.to_string(), &smarm::MAX_THREADS.to_string()]);
+    }
+    // The boundary is exact (building starts no thread; `run` would start them all).
+    assert_eq!(Runtime::builder().threads(smarm::MAX_THREADS).build().unwrap().threads(), smarm::MAX_THREADS);
+}
+
+#[test]
+fn unbounded_counts_that_size_nothing_are_accepted_and_run() {
+    // Neither allocates up front nor feeds arithmetic that could overflow: the extremes
+    // mean "never limit" (lifo runs, kept stacks), "never preempt" and "wait forever".
+    let rt = Runtime::builder()
+        .threads(2)
+        .warm_stacks(usize::MAX)
+        .lifo_run_limit(u32::MAX)
+        .timeslice_cycles(u64::MAX)
+        .shutdown_timeout(std::time::Duration::MAX)
+        .build()
+        .unwrap();
+    let sum = rt
+        .run(|| {
+            let hs: Vec<_> = (0..64u64)
+                .map(|i| {
+                    smarm::spawn(move || {
+                        smarm::yield_now();
+                        smarm::maybe_preempt();
+                        i
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+        })
+        .unwrap();
+    assert_eq!(sum, 63 * 64 / 2);
+}
+
+#[test]
 fn zero_lifo_run_limit_is_rejected() {
     let e = build_err(Runtime::builder().lifo_run_limit(0), "lifo_run_limit(0)");
     assert!(matches!(e, BuildError::ZeroLifoRunLimit), "{e:?}");

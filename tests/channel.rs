@@ -960,3 +960,18 @@ fn plain_thread_senders_racing_with_the_receivers_shutdown_never_crash() {
         assert!(received.load(Ordering::Relaxed) as u64 <= 2 * (sent + 1));
     }
 }
+
+#[test]
+fn bounded_channel_of_huge_capacity_allocates_only_as_it_fills() {
+    // A ring of 2^40 (or usize::MAX - 1) u64s would be terabytes: only what is queued is
+    // allocated, past the pre-sized first 1,024 messages too.
+    for cap in [1usize << 40, usize::MAX - 1] {
+        let (tx, rx) = smarm::channel::bounded::<u64>(cap);
+        for i in 0..3000 {
+            tx.try_send(i).unwrap();
+        }
+        for i in 0..3000 {
+            assert_eq!(rx.try_recv(), Ok(i));
+        }
+    }
+}

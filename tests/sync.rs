@@ -349,6 +349,18 @@ fn barrier_of_one_returns_at_once_as_leader() {
 }
 
 #[test]
+fn barrier_of_any_size_allocates_for_its_waiters_only_as_they_arrive() {
+    // Sized for 2^40 and usize::MAX participants: no list of that many waiters is allocated.
+    for n in [1usize << 40, usize::MAX] {
+        let b = Barrier::new(n);
+        assert!(format!("{b:?}").contains(&n.to_string()));
+    }
+    // More participants than the list is pre-sized for: it grows, and every generation
+    // still releases everyone with one leader.
+    rt(2).run(|| barrier_generations(Mix::Actors, 200)).unwrap();
+}
+
+#[test]
 fn a_barrier_participant_shut_down_while_waiting_withdraws_its_arrival() {
     let b = Arc::new(Barrier::new(2));
     let b2 = b.clone();
@@ -418,6 +430,18 @@ fn wait_group_wait_returns_once_every_task_is_done() {
             w.join();
         }
     });
+}
+
+#[test]
+fn wait_group_add_that_overflows_the_count_panics_with_a_message_and_keeps_the_count() {
+    let wg = WaitGroup::new();
+    wg.add(usize::MAX - 1);
+    let p = catch_unwind(AssertUnwindSafe(|| wg.add(2))).expect_err("add past usize::MAX");
+    let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("WaitGroup::add") && msg.contains("overflow"), "panic message {msg:?}");
+    assert_eq!(wg.count(), usize::MAX - 1, "a failed add leaves the count as it was");
+    wg.add(1);
+    assert_eq!(wg.count(), usize::MAX);
 }
 
 #[test]

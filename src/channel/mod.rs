@@ -19,8 +19,8 @@
 //! - Closure: when the last `Sender` drops, the receiver is woken; `recv` drains what is
 //!   queued, then reports [`RecvError`]. When the `Receiver` drops, queued values are
 //!   dropped (once, outside the lock) and sends return the value in [`SendError`].
-//! - Zero allocation on ready paths: bounded queues allocate their ring at creation; an
-//!   unbounded queue reserves 16 slots on its first push and then grows by doubling (at
+//! - Zero allocation on ready paths: bounded queues of up to 1,024 messages allocate their
+//!   ring at creation (larger ones grow by doubling as they fill); an unbounded queue reserves 16 slots on its first push and then grows by doubling (at
 //!   most one allocation per 16 messages, none in steady state).
 
 mod oneshot;
@@ -42,6 +42,11 @@ pub use watch::{watch, WatchReceiver, WatchSender};
 
 /// First allocation of an unbounded queue, in messages.
 const UNBOUNDED_FIRST_BLOCK: usize = 16;
+
+/// A bounded channel allocates room for its capacity up front, up to this many messages
+/// (sends then never reallocate); a larger capacity grows as the queue fills, so any
+/// capacity is accepted.
+const BOUNDED_PRESIZED: usize = 1024;
 
 /// The receiver is gone; the value is handed back.
 #[derive(PartialEq, Eq, Clone, Copy)]
@@ -168,7 +173,8 @@ struct Chan<T> {
 
 impl<T> Chan<T> {
     fn new(cap: usize) -> Arc<Chan<T>> {
-        let queue = if cap == usize::MAX { VecDeque::new() } else { VecDeque::with_capacity(cap) };
+        let queue =
+            if cap == usize::MAX { VecDeque::new() } else { VecDeque::with_capacity(cap.min(BOUNDED_PRESIZED)) };
         Arc::new(Chan {
             state: RawMutex::new(
                 Rank::Primitive,
@@ -201,7 +207,8 @@ pub fn channel<T: Send>() -> (Sender<T>, Receiver<T>) {
 }
 
 /// Creates a bounded channel holding at most `cap` messages: `send` parks while it is full,
-/// `try_send` hands the value back.
+/// `try_send` hands the value back. Room for up to 1,024 messages is allocated at once; a
+/// larger capacity is allocated as the queue fills (`usize::MAX` is unbounded).
 ///
 /// # Panics
 /// If `cap` is 0: a zero-capacity (rendezvous) channel is not provided; use

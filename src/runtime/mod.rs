@@ -68,6 +68,12 @@ pub(crate) use worker::{current_actor_pid as current_shared, current_actor_slot,
 
 /// Smallest stack an actor can start, panic, print and unwind on.
 pub const MIN_STACK_SIZE: usize = 32 * 1024;
+/// Largest accepted stack size (1 GiB): far beyond any actor's needs, and small enough that
+/// the stack's length with its guard page cannot overflow.
+pub const MAX_STACK_SIZE: usize = 1 << 30;
+/// Largest accepted number of scheduler threads: the runtime allocates per-thread queues
+/// and parkers up front and starts every thread in `run`.
+pub const MAX_THREADS: usize = 4096;
 /// Default usable stack size: enough for `deep_recursion` (1,000 frames of 256 bytes) with
 /// room to spare; committed lazily by the kernel.
 pub const DEFAULT_STACK_SIZE: usize = 512 * 1024;
@@ -128,7 +134,8 @@ impl Default for Builder {
 }
 
 impl Builder {
-    /// Number of scheduler threads (default: `available_parallelism()`).
+    /// Number of scheduler threads (default: `available_parallelism()`; 1 to
+    /// [`MAX_THREADS`], checked by [`build`](Builder::build)).
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = Some(n);
         self
@@ -138,7 +145,8 @@ impl Builder {
         self.max_actors = n;
         self
     }
-    /// Usable stack bytes per actor (default 512 KiB, minimum 32 KiB; rounded up to pages).
+    /// Usable stack bytes per actor (default 512 KiB; [`MIN_STACK_SIZE`] to
+    /// [`MAX_STACK_SIZE`], checked by [`build`](Builder::build); rounded up to pages).
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = bytes;
         self
@@ -149,7 +157,8 @@ impl Builder {
         self.timeslice_cycles = ticks;
         self
     }
-    /// Consecutive wake-slot runs before a thread serves the shared queue (default 16).
+    /// Consecutive wake-slot runs before a thread serves the shared queue (default 16; at
+    /// least 1; `u32::MAX` in effect never limits them).
     pub fn lifo_run_limit(mut self, n: u32) -> Self {
         self.lifo_run_limit = n;
         self
@@ -165,7 +174,9 @@ impl Builder {
         self.quiet_panics = quiet;
         self
     }
-    /// Released stacks kept mapped for reuse (default 1,024); more are unmapped.
+    /// Released stacks kept mapped for reuse (default 1,024); more are unmapped. Nothing is
+    /// allocated up front, and the pool never holds more stacks than there are actors, so
+    /// any value is accepted (`usize::MAX`: keep every released stack).
     pub fn warm_stacks(mut self, n: usize) -> Self {
         self.warm_stacks = n;
         self
@@ -175,8 +186,11 @@ impl Builder {
     pub fn build(self) -> Result<Runtime, BuildError> {
         let threads = match self.threads {
             Some(0) => return Err(BuildError::ZeroThreads),
+            Some(n) if n > MAX_THREADS => {
+                return Err(BuildError::TooManyThreads { requested: n, maximum: MAX_THREADS })
+            }
             Some(n) => n,
-            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            None => std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)),
         };
         if self.max_actors == 0 {
             return Err(BuildError::ZeroMaxActors);
@@ -186,6 +200,9 @@ impl Builder {
         }
         if self.stack_size < MIN_STACK_SIZE {
             return Err(BuildError::StackTooSmall { requested: self.stack_size, minimum: MIN_STACK_SIZE });
+        }
+        if self.stack_size > MAX_STACK_SIZE {
+            return Err(BuildError::StackTooLarge { requested: self.stack_size, maximum: MAX_STACK_SIZE });
         }
         if self.lifo_run_limit == 0 {
             return Err(BuildError::ZeroLifoRunLimit);

@@ -8,10 +8,14 @@ use crate::runtime::{park_until, Waiter};
 struct State {
     arrived: usize,
     generation: u64,
-    /// Parked participants of the current generation. Pre-sized to `n - 1` so arrival
-    /// never allocates.
+    /// Parked participants of the current generation. Pre-sized to `n - 1`, at most
+    /// `PRESIZED_WAITERS`: arrival allocates only beyond that, and `n` can be any size.
     waiters: Vec<Waiter>,
 }
+
+/// Waiter slots a barrier allocates up front: a barrier of up to this many participants
+/// plus one never allocates on arrival; a larger one grows its list as participants arrive.
+const PRESIZED_WAITERS: usize = 64;
 
 /// A reusable barrier for `n` actors or threads.
 ///
@@ -41,13 +45,15 @@ impl BarrierWaitResult {
 }
 
 impl Barrier {
-    /// A barrier for `n` participants (`n == 0` behaves like 1: `wait` returns at once).
+    /// A barrier for `n` participants (`n == 0` behaves like 1: `wait` returns at once). Any
+    /// `n` is accepted: the list of waiting participants grows as they arrive.
     pub fn new(n: usize) -> Barrier {
+        let presized = n.saturating_sub(1).min(PRESIZED_WAITERS);
         Barrier {
             n: n.max(1),
             state: RawMutex::new(
                 Rank::Primitive,
-                State { arrived: 0, generation: 0, waiters: Vec::with_capacity(n.saturating_sub(1)) },
+                State { arrived: 0, generation: 0, waiters: Vec::with_capacity(presized) },
             ),
         }
     }

@@ -43,8 +43,19 @@ impl WaitGroup {
     }
 
     /// Adds `n` outstanding tasks.
+    ///
+    /// # Panics
+    /// If the count would exceed `usize::MAX`.
     pub fn add(&self, n: usize) {
-        self.inner.lock().count += n;
+        let mut s = self.inner.lock();
+        match s.count.checked_add(n) {
+            Some(count) => s.count = count,
+            None => {
+                let count = s.count;
+                drop(s);
+                panic!("smarm::sync::WaitGroup::add({n}) overflows the count {count}")
+            }
+        }
     }
 
     /// Marks one task done; wakes the waiters when the count reaches zero.
