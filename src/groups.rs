@@ -34,8 +34,10 @@ pub(crate) struct Groups {
 }
 
 impl Groups {
+    /// Runs under the `pg` lock: `try_send` (unbounded channels, so never `Full`), which is
+    /// no preemption point, unlike `send`.
     pub(crate) fn publish(&mut self, ev: PgEvent) {
-        self.watchers.retain(|w| w.send(ev.clone()).is_ok());
+        self.watchers.retain(|w| w.try_send(ev.clone()).is_ok());
     }
 
     /// Removes every membership of `pid` in `groups` (the exit path).

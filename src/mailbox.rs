@@ -312,17 +312,25 @@ impl<M> PartialEq for Addr<M> {
 impl<M> Eq for Addr<M> {}
 
 impl<M: Send + 'static> Addr<M> {
-    /// Sends `msg` (dropped silently if the actor has ended).
+    /// Sends `msg` (dropped silently if the actor has ended). A send never blocks, so it
+    /// counts toward the sender's timeslice: a loop of sends is preempted like a CPU-bound
+    /// loop calling [`maybe_preempt`](crate::maybe_preempt).
     pub fn send(&self, msg: M) {
-        if let Err(e) = self.inner.push(Envelope::Msg(msg)) {
-            drop(e);
-            // A send that finds the actor gone never blocks: a loop of them would keep the
-            // thread from the actors it may be waiting for (as `call`'s `NoProc`).
-            crate::preempt::maybe_preempt();
+        match self.inner.push(Envelope::Msg(msg)) {
+            Ok(()) => crate::preempt::charge_send(),
+            Err(e) => {
+                drop(e);
+                // A send that finds the actor gone: a loop of them would keep the thread
+                // from the actors it may be waiting for (as `call`'s `NoProc`).
+                crate::preempt::maybe_preempt();
+            }
         }
     }
 
-    /// Sends `msg`, handing it back if the actor has ended.
+    /// Sends `msg`, handing it back if the actor has ended. Unlike [`send`](Self::send) it
+    /// does not count toward the timeslice (the request path of `call`, which parks right
+    /// after): a loop of `try_send`s that never blocks should call
+    /// [`maybe_preempt`](crate::maybe_preempt).
     pub fn try_send(&self, msg: M) -> Result<(), M> {
         self.inner.push(Envelope::Msg(msg)).map_err(|e| match e {
             Envelope::Msg(m) => m,

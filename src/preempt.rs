@@ -4,7 +4,8 @@
 //! the scheduler clears `slice_start` on resume, and [`maybe_preempt`] (and the runtime calls
 //! that invoke it) stamps it with `rdtsc` if clear, otherwise compares the elapsed ticks
 //! against `timeslice_cycles` and yields when the slice is spent, unless a [`NoPreempt`]
-//! guard is held.
+//! guard is held. Sends that do not block (`Addr::send`, channel `Sender::send`) count too:
+//! every `SENDS_PER_CHECK`-th of them on a thread runs that check ([`charge_send`]).
 //!
 //! Why the first check stamps, not the resume: `rdtsc` costs nearly the whole budget of a
 //! yield round trip (outputs/history.md, finding 1), and a yield loop never checks
@@ -18,6 +19,7 @@
 //! buy nothing.
 
 use crate::runtime::current_worker;
+use crate::runtime::worker::SENDS_PER_CHECK;
 use crate::slot_state::{Pid, Slot};
 use core::marker::PhantomData;
 
@@ -59,6 +61,35 @@ pub fn maybe_preempt() {
         return;
     }
     preempt_slow();
+}
+
+/// Charges one send to the running actor's timeslice, as Erlang charges sends against the
+/// reduction budget: a send never blocks (on a live receiver), so an actor that loops on
+/// sends would otherwise keep its thread from everything else, the receiver included.
+/// Every `SENDS_PER_CHECK`-th send on a thread runs the [`maybe_preempt`] check; the others
+/// cost a decrement of a counter on the thread's worker. Off a runtime, and in scheduler
+/// code (a timer's send), the check does nothing.
+#[inline]
+pub(crate) fn charge_send() {
+    let w = current_worker();
+    if w.is_null() {
+        return;
+    }
+    // SAFETY: this thread's live worker; used only before any switch.
+    let w = unsafe { &*w };
+    let left = w.sends_left.get();
+    if left > 1 {
+        w.sends_left.set(left - 1);
+        return;
+    }
+    w.sends_left.set(SENDS_PER_CHECK);
+    send_check();
+}
+
+#[cold]
+#[inline(never)]
+fn send_check() {
+    maybe_preempt();
 }
 
 #[cold]

@@ -267,13 +267,21 @@ impl<T> fmt::Debug for Sender<T> {
 
 impl<T> Sender<T> {
     /// Sends `value`, parking while a bounded channel is full. Returns the value if the
-    /// receiver is gone.
+    /// receiver is gone. A send that does not park counts toward the sender's timeslice: a
+    /// loop of sends is preempted like a CPU-bound loop calling
+    /// [`maybe_preempt`](crate::maybe_preempt).
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
         let mut value = value;
         loop {
             match self.try_send(value) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Disconnected(v)) => return Err(SendError(v)),
+                Ok(()) => {
+                    crate::preempt::charge_send();
+                    return Ok(());
+                }
+                Err(TrySendError::Disconnected(v)) => {
+                    crate::preempt::charge_send();
+                    return Err(SendError(v));
+                }
                 Err(TrySendError::Full(v)) => value = v,
             }
             // Full: register, re-check under the lock, park.
@@ -290,6 +298,8 @@ impl<T> Sender<T> {
     }
 
     /// Sends without blocking; a full bounded channel or a gone receiver hands the value back.
+    /// Unlike [`send`](Self::send) it does not count toward the timeslice: a loop of
+    /// `try_send`s that never blocks should call [`maybe_preempt`](crate::maybe_preempt).
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
         let mut s = self.chan.state.lock();
         if !s.receiver_alive {

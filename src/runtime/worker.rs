@@ -90,6 +90,12 @@ use super::{Inbox, Shared};
 use crate::local_queue::LocalQueue;
 use crate::run_queue::Caller;
 
+/// Sends between two preemption checks made by sends (`preempt::charge_send`, which counts
+/// them in `Worker::sends_left`). A check reads the clock (`rdtsc`, ~50 ticks on this
+/// machine): every 64th send keeps that under a tick per send, and a loop of sends
+/// overshoots its slice by at most 64 sends.
+pub(crate) const SENDS_PER_CHECK: u32 = 64;
+
 /// `Worker::current` / wake slot value for "none".
 pub(super) const NONE: u32 = u32::MAX;
 
@@ -152,6 +158,8 @@ pub(crate) struct Worker {
     /// rdtsc at the running actor's first preemption check since it was resumed; 0 until
     /// then (see `preempt`).
     pub(crate) slice_start: Cell<u64>,
+    /// Sends left until a send runs the preemption check (`preempt::charge_send`).
+    pub(crate) sends_left: Cell<u32>,
     /// Floating-point control state live in this thread's registers (see `context`).
     pub(super) live_fp: Cell<FpControl>,
     pub(crate) slice_cycles: u64,
@@ -581,6 +589,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         handed_from: Cell::new(NONE),
         handed_slot: Cell::new(core::ptr::null()),
         slice_start: Cell::new(0),
+        sends_left: Cell::new(SENDS_PER_CHECK),
         live_fp: Cell::new(crate::context::FP_DEFAULT),
         tick: Cell::new(0),
         inbox_yielded: Cell::new(false),
