@@ -224,9 +224,7 @@ fn record(walk: &Walk) {
     };
     let Some(r) = layout.switches.iter().find(|r| r.code.contains(&ip)) else { return };
     IN_SWITCH.fetch_add(1, Ordering::Relaxed);
-    if ip >= r.tail.expect("a switch routine has a tail")
-        && IN_TAIL.fetch_add(1, Ordering::Relaxed) + 1 >= TAIL_SAMPLES_WANTED
-    {
+    if r.tail.is_some_and(|tail| ip >= tail) && IN_TAIL.fetch_add(1, Ordering::Relaxed) + 1 >= TAIL_SAMPLES_WANTED {
         ENOUGH.store(true, Ordering::Relaxed);
     }
     let caller = walk.caller.unwrap_or(0);
@@ -244,7 +242,8 @@ fn set_profiling_timer(period_us: libc::suseconds_t) {
     assert_eq!(rc, 0, "setitimer(ITIMER_PROF)");
 }
 
-/// Yields until enough samples landed in the switch tails (or the round bound).
+/// Yields until enough samples landed in the switch tails (or the round bound). `ENOUGH`
+/// is read Relaxed here and in the ping actor: a stop hint, nothing is read through it.
 fn yielder() -> u64 {
     let mut rounds = 0u64;
     while rounds < MAX_ROUNDS && !ENOUGH.load(Ordering::Relaxed) {
