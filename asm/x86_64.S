@@ -37,9 +37,10 @@
 // CFA (the stack pointer just before the `call` that entered the frame) at every
 // instruction, stack switch included. Both switch routines keep one invariant:
 //
-//     CFA = rsp + 8 + 8 * (callee-saved registers on the stack), and the return address
-//     and every register on the stack are at the offsets of the saved-context layout above
-//     (return address at CFA - 8, rbp at CFA - 16, ..., r15 at CFA - 56).
+//     while the return address is on the stack, CFA = rsp + 8 + 8 * (callee-saved
+//     registers on the stack), and the return address and every register on the stack
+//     are at the offsets of the saved-context layout above (return address at CFA - 8,
+//     rbp at CFA - 16, ..., r15 at CFA - 56).
 //
 // - Pushes (the leaving context): each push adds 8 to the CFA offset and records where
 //   the caller's register now lives. The frame described is the leaving context's.
