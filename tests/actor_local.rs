@@ -433,7 +433,7 @@ fn a_pinned_actor_unwinding_through_blocking_drops_stays_on_its_thread() {
         let h = smarm::spawn_pinned(move || {
             let home = smarm::current_thread_index();
             let _guard = BlocksInDrop(home);
-            let moved = (0..500).filter(|&i| {
+            let moved = (0..2_000).filter(|&i| {
                 block_once(i);
                 smarm::current_thread_index() != home
             });
