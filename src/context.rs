@@ -268,8 +268,9 @@ pub(crate) unsafe fn switch_to_scheduler(sched_sp: usize) -> usize {
 /// It does *not* make thread-local accesses after it safe: LLVM treats a thread-local's
 /// address as a value that is constant within a function, and may compute it before the
 /// barrier (before the switch) and keep it in a callee-saved register, which the barrier
-/// neither clobbers nor invalidates. Rule 1 below is what keeps smarm's own accesses sound;
-/// this barrier only keeps memory accesses on their side of the switch.
+/// neither clobbers nor invalidates. Rule 1 of "Thread-locals and migration" (module doc)
+/// is what keeps smarm's own accesses sound; this barrier only keeps memory accesses on
+/// their side of the switch.
 #[inline(always)]
 pub(crate) fn tls_fence() {
     // SAFETY: an empty asm block; it only constrains compiler reordering.

@@ -16,8 +16,8 @@
 //! # Soundness contract: thread-locals and migration
 //!
 //! An actor may resume on a different OS thread after *any* blocking call: every smarm call
-//! that can suspend the actor (`yield_now`, `sleep`, `join`, a receive, a send that
-//! preempts, a lock, `maybe_preempt`, ...) and any function that makes one. Consequently:
+//! that can suspend the actor (`yield_now`, `sleep`, `join`, a receive, a send that blocks
+//! or is preempted, a lock, `maybe_preempt`, ...) and any function that makes one. Consequently:
 //!
 //! - **The rule.** In a function that makes a blocking call, any `thread_local!` access
 //!   (`with`, `set`, `get`, `take`, `replace`, ..., before or after the call, inlined from
@@ -25,8 +25,8 @@
 //!   call: the compiler may compute a thread-local's address once per function and keep it
 //!   in a register across the call, and no runtime can repair an address cached in your
 //!   function's frame. It depends on the optimiser (seen with a `RefCell<Vec<_>>`
-//!   thread-local and no LTO: "already mutably borrowed" on the other thread's `RefCell`),
-//!   so treat it as undefined behaviour: without pinning, keep `thread_local!` accesses out
+//!   thread-local and no LTO: "already mutably borrowed" on the other thread's `RefCell`,
+//!   and a corrupted heap), so treat it as undefined behaviour: without pinning, keep `thread_local!` accesses out
 //!   of functions that block, and know that crates using thread-locals internally (random
 //!   number generators, tracing dispatchers, allocator caches with thread-local state) are
 //!   covered by the same rule.

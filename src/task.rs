@@ -1,6 +1,6 @@
 //! Spawning and the calling actor's own identity: [`spawn`] and its variants (typed mailbox,
-//! linked, monitored, pinned to a thread), name lookups that yield an [`Addr`], `yield_now`, `sleep`,
-//! `current_pid`. Layer 3 (actors' world): built on the scheduler's `Shared::spawn_with` and
+//! linked, monitored, pinned to a thread), name lookups that yield an [`Addr`],
+//! `yield_now`, `sleep`, `current_pid`. Layer 3 (actors' world): built on the scheduler's `Shared::spawn_with` and
 //! the process layer's child setup.
 
 use std::time::Duration;
