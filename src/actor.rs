@@ -70,6 +70,9 @@ pub(crate) struct ActorCell {
     pub(crate) defer_stops: bool,
     /// The root actor: its end starts the runtime's shutdown.
     pub(crate) is_root: bool,
+    /// Bound to one thread (`spawn_pinned`): its first run pins it (`Slot::pinned`) to the
+    /// thread running it, for good.
+    pub(crate) thread_bound: bool,
     /// The actor's stack as `Stack::into_raw` parts; `(0, 0)` when none.
     pub(crate) stack_len: usize,
     pub(crate) stack_base: usize,
@@ -78,6 +81,8 @@ pub(crate) struct ActorCell {
     /// The exit reason a behaviour chose for itself before returning (`gen_server` ending
     /// with a non-normal reason): the body then returns instead of unwinding a second time.
     pub(crate) exit_override: Option<Box<DownReason>>,
+    /// The actor's `actor_local!` values (see `runtime::locals`); all-zero is "none yet".
+    pub(crate) locals: crate::runtime::locals::ActorLocals,
 }
 
 /// The type-erased head of a `Task<F, T>` (at offset 0): the three functions that know `F`

@@ -94,24 +94,37 @@
 //!
 //! LLVM treats the address of a thread-local as a constant within a function: it may
 //! compute `%fs:0` once and keep it in a callee-saved register across a call. If that call
-//! is a context switch and the actor resumes on another thread, the code then reads and
-//! writes the *old* thread's thread-locals. Without LTO this breaks real programs, so:
+//! blocks (it switches, directly or deeper down) and the actor resumes on another thread,
+//! the function then reads and writes the *old* thread's thread-locals, even through
+//! accesses written after the call. Nothing at the switch can repair an address cached in
+//! a caller's frame. Whether it happens depends on the optimiser (measured without LTO: a
+//! `const`-initialised `Cell` was re-read, a `RefCell<Vec<_>>`'s address was kept across
+//! `yield_now`). So:
 //!
 //! 1. every thread-local accessor reachable from an actor stack is `#[inline(never)]`,
 //!    contains a non-`pure` `asm!` barrier (so LLVM can neither inline it nor prove it
 //!    side-effect free and merge two calls across a switch), and returns values, never
-//!    references;
+//!    references, so no caller holds a thread-local's address;
 //! 2. the set of such thread-locals is tiny: the current worker (see `runtime::worker`),
 //!    std's panic count (read through `runtime::worker::thread_panicking`) and, in ASan
 //!    builds, the thread's stack bounds (`asan::thread_stack`); everything else hangs off
 //!    the actor control block or the worker struct reached through the worker;
-//! 3. every switch is followed by [`tls_fence`];
+//! 3. every switch is followed by [`tls_fence`] (memory accesses stay on their side of
+//!    the switch; it cannot help a cached thread-local address, which is rule 1's job);
 //! 4. debug builds assert after every resume that the actor runs on the thread the
 //!    scheduler handed it to;
 //! 5. an actor never migrates while `std::thread::panicking()` is true on its thread
 //!    (std's panic count is per thread: an unwind that parks must resume where it started);
 //! 6. `[profile.reltest]` (release without LTO) runs the whole test suite, so a broken rule
 //!    has an oracle.
+//!
+//! User code cannot follow rule 1 for `thread_local!`s it does not own (std's, those of
+//! crates it calls), so the crate docs state the rule for it ("Soundness contract"): a
+//! function that blocks may reach the previous thread's value through any `thread_local!`
+//! access in it. Its sound alternatives are per-actor storage (`actor_local`, found afresh
+//! through the accessors of rule 1 at every access, its values boxed off the control block)
+//! and thread-bound actors (`spawn_pinned`: `Slot::pinned` set at the first run and kept,
+//! so the actor never migrates).
 
 use core::arch::global_asm;
 
@@ -309,10 +322,17 @@ pub(crate) unsafe fn switch_to_scheduler(sched_sp: usize) -> usize {
 }
 
 /// A compiler barrier placed after every switch: an `asm!` block that is not `pure` and may
-/// read and write memory, so no memory access (and no thread-local address computation
-/// feeding one) is moved across the point where the thread may have changed.
+/// read and write memory, so no load or store is moved across the point where the thread
+/// may have changed.
+///
+/// It does *not* make thread-local accesses after it safe: LLVM treats a thread-local's
+/// address as a value that is constant within a function, and may compute it before the
+/// barrier (before the switch) and keep it in a callee-saved register, which the barrier
+/// neither clobbers nor invalidates. Rule 1 of "Thread-locals and migration" (module doc)
+/// is what keeps smarm's own accesses sound; this barrier only keeps memory accesses on
+/// their side of the switch.
 #[inline(always)]
-pub fn tls_fence() {
+pub(crate) fn tls_fence() {
     // SAFETY: an empty asm block; it only constrains compiler reordering.
     unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
 }

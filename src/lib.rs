@@ -15,15 +15,30 @@
 //!
 //! # Soundness contract: thread-locals and migration
 //!
-//! An actor may resume on a different OS thread after *any* blocking runtime call
-//! (`yield_now`, `sleep`, `join`, a preemption in `maybe_preempt`, ...). Consequently:
+//! An actor may resume on a different OS thread after *any* blocking call: every smarm call
+//! that can suspend the actor (`yield_now`, `sleep`, `join`, a receive, a send that blocks
+//! or is preempted, a lock, `maybe_preempt`, ...) and any function that makes one. Consequently:
 //!
-//! - `thread_local!` values are per *scheduler thread*, not per actor, and may change
-//!   across any blocking call. Keep per-actor state in the actor's own variables.
+//! - **The rule.** In a function that makes a blocking call, any `thread_local!` access
+//!   (`with`, `set`, `get`, `take`, `replace`, ..., before or after the call, inlined from
+//!   another crate or not) may reach the value of the thread the actor ran on *before* the
+//!   call: the compiler may compute a thread-local's address once per function and keep it
+//!   in a register across the call, and no runtime can repair an address cached in your
+//!   function's frame. It depends on the optimiser (seen with a `RefCell<Vec<_>>`
+//!   thread-local and no LTO: "already mutably borrowed" on the other thread's `RefCell`,
+//!   and a corrupted heap), so treat it as undefined behaviour: without pinning, keep `thread_local!` accesses out
+//!   of functions that block, and know that crates using thread-locals internally (random
+//!   number generators, tracing dispatchers, allocator caches with thread-local state) are
+//!   covered by the same rule.
+//! - The sound alternatives: [`actor_local!`] storage, one value per actor that follows
+//!   it to every thread; and [`spawn_pinned`], an actor that never migrates, in which
+//!   thread-locals and the crates that use them behave as on a plain thread.
+//! - `thread_local!` values are per *scheduler thread*, not per actor: even when read
+//!   soundly they may change across any blocking call.
 //! - Holding a thread-bound value across a blocking call (a `std::sync::MutexGuard`, a
 //!   reference into a `thread_local!`, an `Rc` shared with a thread-local) is the known hole
 //!   of every migrating stackful runtime: the value may be used or dropped on another
-//!   thread. smarm's own guards are migration-safe.
+//!   thread (a pinned actor is the exception). smarm's own guards are migration-safe.
 //! - An actor that is unwinding (`std::thread::panicking()`) never migrates: std's panic
 //!   count is per thread. While such an actor is parked mid-unwind, other actors on that
 //!   thread observe `std::thread::panicking() == true`.
@@ -49,6 +64,8 @@
 
 #[cfg(not(loom))]
 mod actor;
+#[cfg(not(loom))]
+pub mod actor_local;
 mod backoff;
 #[cfg(not(loom))]
 mod behaviour;
@@ -122,7 +139,6 @@ pub use api::*;
 mod api {
 
     pub use crate::actor::JoinHandle;
-    pub use crate::context::tls_fence;
     pub use crate::error::{BuildError, RunError, SpawnError};
     pub use crate::mailbox::{Addr, Envelope, Mailbox};
     pub use crate::preempt::{maybe_preempt, NoPreempt};
@@ -139,7 +155,8 @@ mod api {
     pub use crate::slot_state::Pid;
     pub use crate::task::{
         current_pid, current_thread_index, send_named, sleep, spawn, spawn_actor, spawn_link, spawn_monitor,
-        try_current_pid, try_spawn, try_spawn_actor, whereis_addr, yield_now, LookupError,
+        spawn_pinned, try_current_pid, try_spawn, try_spawn_actor, try_spawn_pinned, whereis_addr, yield_now,
+        LookupError,
     };
     pub use crate::timer::{cancel as cancel_timer, send_after, send_after_addr, TimerRef};
 

@@ -112,9 +112,12 @@ pub(crate) const CANCEL_EXIT: u8 = 3;
 pub(crate) struct Slot {
     /// See the module doc.
     pub(crate) state: AtomicU64,
-    /// Thread the actor must resume on, or `UNPINNED`. Set by the owning scheduler thread
-    /// before the actor is published as QUEUED/PARKED (so a waker that acquired the state
-    /// transition reads the current value); read by wakers to route the index.
+    /// Thread the actor must resume on, or `UNPINNED`: the thread it runs on while it
+    /// switches out unwinding (std's panic count is per thread), and for good from the first
+    /// run of a thread-bound actor (`spawn_pinned`). Set by the owning scheduler thread or
+    /// the running actor before the actor is published as QUEUED/PARKED (so a waker that
+    /// acquired the state transition reads the current value); read by wakers to route the
+    /// index to that thread's inbox.
     pub(crate) pinned: AtomicU32,
     /// Non-zero when the actor must unwind at its next runtime call (`CANCEL_*`).
     pub(crate) cancel: AtomicU8,
@@ -454,8 +457,8 @@ impl Slab {
 // SAFETY: every field of `Slot` is valid as all-zero bytes, and such a slot needs no drop:
 // atomics (FREE, generation 0, link 0, no cancel, pinned 0 which is overwritten before use),
 // `ActorCell` (its doc states that all-zero is its empty value: no task, no stack, no
-// override), the lazy-timeout fields (LAZY_IDLE with seq 0, and a timer key of plain
-// integers) and the reply word.
+// override, no actor-local storage), the lazy-timeout fields (LAZY_IDLE with seq 0, and a
+// timer key of plain integers) and the reply word.
 unsafe impl crate::zeroed::ZeroValid for Slot {}
 
 fn zeroed_slots(len: usize) -> crate::zeroed::Zeroed<Slot> {

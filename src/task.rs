@@ -1,6 +1,6 @@
 //! Spawning and the calling actor's own identity: [`spawn`] and its variants (typed mailbox,
-//! linked, monitored), name lookups that yield an [`Addr`], `yield_now`, `sleep`,
-//! `current_pid`. Layer 3 (actors' world): built on the scheduler's `Shared::spawn_with` and
+//! linked, monitored, pinned to a thread), name lookups that yield an [`Addr`],
+//! `yield_now`, `sleep`, `current_pid`. Layer 3 (actors' world): built on the scheduler's `Shared::spawn_with` and
 //! the process layer's child setup.
 
 use std::time::Duration;
@@ -57,6 +57,57 @@ where
     let shared = unsafe { (*w).shared() } as *const crate::runtime::Shared;
     // SAFETY: as above.
     let h = unsafe { (*shared).spawn(f, false) }?;
+    maybe_preempt();
+    Ok(h)
+}
+
+/// Spawns an actor that always runs on one scheduler thread: the thread that first runs it
+/// (usually the spawning one). It never migrates, so it may use `thread_local!` values, and
+/// crates that keep state in them, across blocking calls (see "Soundness contract" in the
+/// crate docs).
+///
+/// A pinned actor waits for its thread: while an actor that never blocks holds that thread,
+/// the pinned one does not run even if other threads are idle. Pinned actors suit code that
+/// needs a thread; others balance better.
+///
+/// ```
+/// use std::cell::RefCell;
+/// thread_local! { static LOG: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) }; }
+///
+/// let rt = smarm::Runtime::builder().threads(2).build().unwrap();
+/// rt.run(|| {
+///     let h = smarm::spawn_pinned(|| {
+///         let home = smarm::current_thread_index();
+///         for i in 0..100 {
+///             LOG.with(|l| l.borrow_mut().push(i));
+///             smarm::yield_now();
+///             assert_eq!(smarm::current_thread_index(), home);
+///         }
+///         LOG.with(|l| l.borrow().len())
+///     });
+///     assert_eq!(h.join().unwrap(), 100);
+/// }).unwrap();
+/// ```
+///
+/// # Panics
+/// Where [`spawn`] panics; see [`try_spawn_pinned`].
+pub fn spawn_pinned<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    try_spawn_pinned(f).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`spawn_pinned`], or why it could not (as [`try_spawn`]).
+pub fn try_spawn_pinned<F, T>(f: F) -> Result<JoinHandle<T>, SpawnError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let shared = current_shared_ptr()?;
+    // SAFETY: see `current_shared_ptr`.
+    let h = unsafe { &*shared }.spawn_with_binding(false, true, |_, _| f)?;
     maybe_preempt();
     Ok(h)
 }

@@ -147,7 +147,7 @@ fn user_thread_locals_read_out_of_line_follow_the_actor_to_its_new_thread() {
     /// Tags this scheduler thread with its index (once) and returns the tag.
     #[inline(never)]
     fn tag_here() -> (Option<usize>, usize) {
-        smarm::tls_fence();
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
         let idx = smarm::current_thread_index().unwrap();
         let tag = TAG.with(|t| {
             if t.get().is_none() {

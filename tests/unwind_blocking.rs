@@ -5,7 +5,7 @@
 //! Nothing here asserts inside a `Drop` that runs during unwinding (a second panic there
 //! would abort the process): the drop records what it saw and the test asserts afterwards.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,7 +50,7 @@ impl Load {
 /// thread-local panic count is computed afresh on the thread the actor runs on now.
 #[inline(never)]
 fn panicking_here() -> bool {
-    smarm::tls_fence();
+    compiler_fence(Ordering::SeqCst);
     std::thread::panicking()
 }
 

@@ -19,7 +19,7 @@
 //! Tests are serialised (a file-wide lock) so that their scheduler threads do not compete
 //! for the CPUs with each other's.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use smarm::__private::Diagnostics;
@@ -41,7 +41,7 @@ fn serial() -> MutexGuard<'static, ()> {
 /// Index of the scheduler thread running the calling actor.
 #[inline(never)]
 fn thread_here() -> usize {
-    smarm::tls_fence();
+    compiler_fence(Ordering::SeqCst);
     smarm::current_thread_index().expect("an actor runs on a scheduler thread")
 }
 
@@ -49,7 +49,7 @@ fn thread_here() -> usize {
 /// thread-local; see the crate's migration rule).
 #[inline(never)]
 fn panicking_here() -> bool {
-    smarm::tls_fence();
+    compiler_fence(Ordering::SeqCst);
     std::thread::panicking()
 }
 

@@ -11,7 +11,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,11 +65,11 @@ static GLOBAL: Counting = Counting;
 /// the actor never migrates, but the rule in smarm's `context` module is kept anyway).
 #[inline(never)]
 fn allocations_in(f: impl FnOnce()) -> usize {
-    smarm::tls_fence();
+    compiler_fence(Ordering::SeqCst);
     let before = ALLOCS.with(Cell::get);
     COUNTING.with(|c| c.set(true));
     f();
-    smarm::tls_fence();
+    compiler_fence(Ordering::SeqCst);
     COUNTING.with(|c| c.set(false));
     ALLOCS.with(Cell::get) - before
 }

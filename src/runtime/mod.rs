@@ -37,6 +37,7 @@ mod blocks;
 mod cancel;
 pub(crate) mod idle;
 pub(crate) mod lazy;
+pub(crate) mod locals;
 mod park;
 mod unwind;
 pub(crate) mod user_drop;
@@ -304,8 +305,9 @@ pub(crate) struct Hooks {
     pub(crate) exit_reason: fn(&Shared, Pid) -> DownReason,
 }
 
-/// A private queue of work only one thread may run (an actor pinned there because it is
-/// unwinding). Rare, so a mutex; `len` lets the owner skip the lock when empty.
+/// A private queue of work only one thread may run: actors pinned there (thread-bound
+/// actors, and actors that switched out while unwinding). Rare, so a mutex; `len` lets the
+/// owner skip the lock when empty.
 #[derive(Default)]
 pub(crate) struct Inbox {
     len: AtomicUsize,
@@ -437,6 +439,21 @@ impl Shared {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        self.spawn_with_binding(is_root, false, make)
+    }
+
+    /// [`Shared::spawn_with`]; a `thread_bound` actor runs only on the thread of its first
+    /// run (`spawn_pinned`).
+    pub(crate) fn spawn_with_binding<F, T>(
+        &self,
+        is_root: bool,
+        thread_bound: bool,
+        make: impl FnOnce(&Shared, Pid) -> F,
+    ) -> Result<JoinHandle<T>, SpawnError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
         // Relaxed: an early refusal is only an optimisation; step 3 of the shutdown
         // protocol (below) is what makes the race safe.
         if self.shutting_down.load(Ordering::Relaxed) {
@@ -463,12 +480,14 @@ impl Shared {
                 task: Some(task),
                 intent: 0,
                 is_root,
+                thread_bound,
                 no_preempt: 0,
                 assigned_thread: usize::MAX,
                 unwinding: false,
                 stop_raised: false,
                 defer_stops: false,
                 exit_override: None,
+                locals: locals::ActorLocals::NONE,
                 fp: context::FP_DEFAULT,
             };
         }
@@ -525,7 +544,7 @@ impl Shared {
     }
 
     /// Puts an actor that a wake moved to QUEUED where it will run:
-    /// - pinned to thread k (unwinding): k's inbox, and wake k specifically;
+    /// - pinned to thread k (thread-bound, or unwinding): k's inbox, and wake k specifically;
     /// - woken on a scheduler thread of this runtime (by its running actor, or by the
     ///   scheduler retiring a joined actor or firing a timer): that thread's wake slot (it
     ///   runs next there; the displaced occupant goes to the shared queue);

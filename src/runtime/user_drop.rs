@@ -9,8 +9,8 @@
 //!    reaper actor drops it; dropped anywhere else (an actor's stack, a plain thread), it
 //!    drops the value in place.
 //! 2. Every user `Drop` the runtime runs for an actor after its body (a return value that a
-//!    stop request or an exit override replaces, an unjoined result, the messages of its
-//!    pending timers) runs through [`drop_caught`], on the actor's own stack: a panic there,
+//!    stop request or an exit override replaces, an unjoined result, its actor-local values,
+//!    the messages of its pending timers) runs through [`drop_caught`], on the actor's own stack: a panic there,
 //!    a panic while dropping that panic's payload, and so on, is contained; so is a stop
 //!    request raised at a blocking call inside such a `Drop` (the actor is being killed):
 //!    the `Drop` is cut short, as it would be in the body. A kill keeps its force: a `Drop`

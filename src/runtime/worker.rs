@@ -14,7 +14,8 @@
 //! In order, each round takes the first of:
 //! 1. due timers (every 64 rounds, and whenever idle), then lazy timeouts old enough to arm
 //!    (see `lazy`);
-//! 2. this thread's private inbox (actors pinned here while unwinding);
+//! 2. this thread's private inbox (actors pinned here: thread-bound ones, see
+//!    `spawn_pinned`, and any actor that switched out while unwinding);
 //! 3. the wake slot, unless it has served `lifo_run_limit` runs in a row, in which case its
 //!    occupant goes to this thread's local queue, behind the work it kept waiting (with
 //!    nothing queued that is a no-op: a hand-off then simply starts a new run of turns);
@@ -431,7 +432,9 @@ impl Worker {
             match intent {
                 INTENT_YIELD => {
                     // Relaxed: written by the actor on this thread.
-                    if slot.pinned.load(Ordering::Relaxed) != UNPINNED {
+                    let pinned = slot.pinned.load(Ordering::Relaxed);
+                    if pinned != UNPINNED {
+                        debug_assert_eq!(pinned, self.index as u32, "smarm: a pinned actor ran elsewhere");
                         sh.slab.yield_queued(index);
                         self.inbox().push(index);
                         self.inbox_yielded.set(true);
@@ -465,8 +468,9 @@ impl Worker {
     }
 
     /// Makes a claimed actor ready to be resumed on this thread: binds the stack reserved
-    /// at spawn if it has never run, loads its floating-point control state (only if it
-    /// differs from the live one), and records this thread as its own.
+    /// at spawn if it has never run (and pins a thread-bound actor here), loads its
+    /// floating-point control state (only if it differs from the live one), and records
+    /// this thread as its own.
     ///
     /// # Safety
     /// The caller owns the actor's control block (it claimed the actor), and `live_fp` is
@@ -485,6 +489,11 @@ impl Worker {
                 let (base, len) = stack.into_raw();
                 (*cell).stack_base = base;
                 (*cell).stack_len = len;
+                if (*cell).thread_bound {
+                    // Relaxed: published to wakers by the Release of the actor's next state
+                    // transition, as in `switch_out`.
+                    slot.pinned.store(self.index as u32, Ordering::Relaxed);
+                }
             }
             fp_control_switch(self.live_fp.get(), (*cell).fp);
             self.live_fp.set((*cell).fp);
@@ -635,6 +644,8 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
     unsafe {
         let task = (*cell).task.expect("smarm: actor started without a task");
         let reason = actor::run(task, cancelled);
+        // Its actor-local values, on its own stack, before anyone learns that it ended.
+        super::locals::destroy_current();
         // Process exit (names, monitors, links) on our own stack, before the slot is freed.
         // Neither call unwinds: the user Drops they run go through `user_drop::drop_caught`.
         if let Some((shared, pid)) = current_actor_pid() {
@@ -666,9 +677,12 @@ pub(super) fn switch_out(w: &Worker, intent: u8) -> (&'static Slot, &'static Wor
     // the lifetime from `w` lets us use the slot after `w` is gone (after migration).
     let slot: &'static Slot = unsafe { &*(w.shared.slab.slot(index) as *const Slot) };
     let cell = slot.cell.get();
-    // An unwinding actor must resume on this thread (std's panic count is per thread).
-    let pin = if actor_unwinding(slot) { w.index as u32 } else { UNPINNED };
-    if pin != UNPINNED {
+    // An unwinding actor must resume on this thread (std's panic count is per thread), and a
+    // thread-bound one runs nowhere else (it runs here: it was pinned at its first run).
+    let unwinding = actor_unwinding(slot);
+    // SAFETY: we are the running actor: our own control block.
+    let pin = if unwinding || unsafe { (*cell).thread_bound } { w.index as u32 } else { UNPINNED };
+    if unwinding {
         w.parked_unwinders.set(w.parked_unwinders.get() + 1);
     }
     // Relaxed: published to wakers by the scheduler's Release state transition.
@@ -688,7 +702,7 @@ pub(super) fn switch_out(w: &Worker, intent: u8) -> (&'static Slot, &'static Wor
     };
     #[cfg(smarm_asan)]
     crate::context::asan::arrive(asan_save);
-    (slot, resumed(slot, index, pin, resume_value))
+    (slot, resumed(slot, index, pin, unwinding, resume_value))
 }
 
 /// The worker a resume value names: every resume passes the resuming thread's worker (see
@@ -706,10 +720,11 @@ fn resumed_on(resume_value: usize) -> &'static Worker {
 }
 
 /// The common tail of every actor suspension, run once the actor is resumed: the debug
-/// checks of the thread-local rule, the pinned-unwinder count, and the bookkeeping of a
-/// hand-off that resumed us. Returns the worker of the thread we now run on.
+/// checks of the thread-local rule and of the pin, the parked-unwinder count (`unwinding`:
+/// the actor was counted when it switched out), and the bookkeeping of a hand-off that
+/// resumed us. Returns the worker of the thread we now run on.
 #[inline(always)]
-fn resumed(slot: &Slot, index: u32, pin: u32, resume_value: usize) -> &'static Worker {
+fn resumed(slot: &Slot, index: u32, pin: u32, unwinding: bool, resume_value: usize) -> &'static Worker {
     let w = resumed_on(resume_value);
     complete_hand_off(w);
     #[cfg(debug_assertions)]
@@ -726,12 +741,12 @@ fn resumed(slot: &Slot, index: u32, pin: u32, resume_value: usize) -> &'static W
         );
         assert_eq!(now.current.get(), index, "smarm: resumed actor is not the worker's current actor");
         if pin != UNPINNED {
-            assert_eq!(now.index as u32, pin, "smarm: an unwinding actor migrated");
+            assert_eq!(now.index as u32, pin, "smarm: a pinned actor migrated");
         }
     }
     #[cfg(not(debug_assertions))]
-    let _ = (slot, index);
-    if pin != UNPINNED {
+    let _ = (slot, index, pin);
+    if unwinding {
         // Pinned, so this is the same thread (and worker) we left.
         w.parked_unwinders.set(w.parked_unwinders.get() - 1);
     }
@@ -781,13 +796,16 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
     w.wake_slot.set(NONE);
     w.lifo_runs.set(lifo_runs + 1);
     w.tick.set(tick);
+    let cell = slot.cell.get();
+    // Not unwinding: only a thread-bound actor stays pinned (here, where it runs).
+    // SAFETY: we are the running actor: our own control block.
+    let pin = if unsafe { (*cell).thread_bound } { w.index as u32 } else { UNPINNED };
     // Relaxed: published to wakers by the Release park transition in `finish_hand_off`.
-    if slot.pinned.load(Ordering::Relaxed) != UNPINNED {
-        slot.pinned.store(UNPINNED, Ordering::Relaxed);
+    if slot.pinned.load(Ordering::Relaxed) != pin {
+        slot.pinned.store(pin, Ordering::Relaxed);
     }
     let next_slot = sh.slab.slot(next);
     next_slot.claim();
-    let cell = slot.cell.get();
     let next_cell = next_slot.cell.get();
     // SAFETY: our own control block (we are RUNNING) and the claimed one of `next`.
     unsafe {
@@ -819,7 +837,7 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
         unsafe { crate::context::hand_off((*next_cell).sp, &raw mut (*cell).sp, w as *const Worker as usize) };
     #[cfg(smarm_asan)]
     crate::context::asan::arrive(asan_save);
-    Some((slot, resumed(slot, index, UNPINNED, resume_value)))
+    Some((slot, resumed(slot, index, pin, false, resume_value)))
 }
 
 /// Run by every resumed actor before anything else: if a hand-off resumed it, the park
@@ -840,9 +858,16 @@ fn complete_hand_off(w: &Worker) {
 #[inline(never)]
 fn finish_hand_off(w: &Worker, prev: u32, prev_slot: &Slot) {
     if !prev_slot.try_park() {
-        // Woken meanwhile: still RUNNING (the flag consumed); make it runnable.
+        // Woken meanwhile: still RUNNING (the flag consumed); make it runnable. A
+        // thread-bound actor is pinned here (it handed this thread over), and only this
+        // thread may run it.
         prev_slot.yield_queued();
-        w.push_local(prev);
+        // Relaxed: written by `hand_off_park` on this thread.
+        if prev_slot.pinned.load(Ordering::Relaxed) == UNPINNED {
+            w.push_local(prev);
+        } else {
+            w.inbox().push(prev);
+        }
     }
 }
 
