@@ -34,10 +34,20 @@ use crate::runtime::user_drop::drop_caught;
 use crate::runtime::Waiter;
 use crate::slot_state::Pid;
 
-/// What the actor asked for when it switched back to its scheduler.
-pub(crate) const INTENT_YIELD: u8 = 1;
-pub(crate) const INTENT_PARK: u8 = 2;
-pub(crate) const INTENT_DONE: u8 = 3;
+/// What the actor asked for when it switched back to its scheduler (written by the actor
+/// just before the switch, read by the scheduler just after it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Intent {
+    /// Not switched out yet since it was resumed (zero: a zeroed control block's value).
+    Running = 0,
+    /// Requeue me.
+    Yield = 1,
+    /// Park me until woken (unless a wake already came: NOTIFIED).
+    Park = 2,
+    /// My body has ended: retire me.
+    Done = 3,
+}
 
 /// The actor control block. See the module doc for ownership; all-zero is "empty".
 ///
@@ -57,8 +67,8 @@ pub(crate) struct ActorCell {
     pub(crate) assigned_thread: usize,
     /// Nesting depth of `NoPreempt` guards.
     pub(crate) no_preempt: u32,
-    /// Set by the actor before switching back: `INTENT_*`.
-    pub(crate) intent: u8,
+    /// Set by the actor before switching back.
+    pub(crate) intent: Intent,
     /// This actor itself started a panic (or a cancellation) that may still be unwinding.
     pub(crate) unwinding: bool,
     /// A stop request (kill, exit signal, shutdown) was raised in this actor as an unwind.

@@ -456,7 +456,7 @@ impl Slab {
 
 // SAFETY: every field of `Slot` is valid as all-zero bytes, and such a slot needs no drop:
 // atomics (FREE, generation 0, link 0, no cancel, pinned 0 which is overwritten before use),
-// `ActorCell` (its doc states that all-zero is its empty value: no task, no stack, no
+// `ActorCell` (its doc states that all-zero is its empty value: `Intent::Running`, no task, no stack, no
 // override, no actor-local storage), the lazy-timeout fields (LAZY_IDLE with seq 0, and a
 // timer key of plain integers) and the reply word.
 unsafe impl crate::zeroed::ZeroValid for Slot {}

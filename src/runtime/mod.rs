@@ -478,7 +478,7 @@ impl Shared {
                 stack_base: 0,
                 stack_len: 0,
                 task: Some(task),
-                intent: 0,
+                intent: actor::Intent::Running,
                 is_root,
                 thread_bound,
                 no_preempt: 0,

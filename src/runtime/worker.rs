@@ -78,7 +78,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::actor::{self, INTENT_DONE, INTENT_PARK, INTENT_YIELD};
+use crate::actor::{self, Intent};
 use crate::context::{fp_control_read, fp_control_switch, switch_to_actor, switch_to_scheduler, FpControl};
 use crate::slot_state::{Pid, Slot, CANCEL_NONE, UNPINNED};
 use crate::stack::{AltStack, Stack};
@@ -414,7 +414,9 @@ impl Worker {
             };
             // Relaxed `pinned`: the actor wrote it in `switch_out` on this very thread, just
             // before it switched back.
-            if intent == INTENT_YIELD && self.nothing_else_runnable() && slot.pinned.load(Ordering::Relaxed) == UNPINNED
+            if intent == Intent::Yield
+                && self.nothing_else_runnable()
+                && slot.pinned.load(Ordering::Relaxed) == UNPINNED
             {
                 // Fast path: resume the same actor at once. Its floating-point state is
                 // still live in our registers, so nothing needs saving.
@@ -430,7 +432,7 @@ impl Worker {
             // SAFETY: the control block is ours until we publish the state change below.
             unsafe { (*cell).fp = fp };
             match intent {
-                INTENT_YIELD => {
+                Intent::Yield => {
                     // Relaxed: written by the actor on this thread.
                     let pinned = slot.pinned.load(Ordering::Relaxed);
                     if pinned != UNPINNED {
@@ -451,18 +453,18 @@ impl Worker {
                     }
                     return;
                 }
-                INTENT_PARK => {
+                Intent::Park => {
                     if sh.slab.try_park(index) {
                         return;
                     }
                     // A wake arrived since the actor decided to park: resume it.
                     self.current.set(index);
                 }
-                INTENT_DONE => {
+                Intent::Done => {
                     self.retire(index);
                     return;
                 }
-                other => unreachable!("smarm: actor switched back with unknown intent {other}"),
+                Intent::Running => unreachable!("smarm: an actor switched back without saying why"),
             }
         }
     }
@@ -653,7 +655,7 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
         }
         // This frame never returns: nothing in it is dropped unless dropped here.
         drop(reason);
-        (*cell).intent = INTENT_DONE;
+        (*cell).intent = Intent::Done;
         #[cfg(smarm_asan)]
         crate::context::asan::leave(None, crate::context::asan::thread_stack());
         switch_to_scheduler((*cell).sched_sp);
@@ -671,7 +673,7 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
 /// Out of line, `switch_out` costs ~23 ticks more per yield round trip (outputs/history.md,
 /// finding 5).
 #[inline(always)]
-pub(super) fn switch_out(w: &Worker, intent: u8) -> (&'static Slot, &'static Worker) {
+pub(super) fn switch_out(w: &Worker, intent: Intent) -> (&'static Slot, &'static Worker) {
     let index = w.current.get();
     // SAFETY: the slab lives as long as the runtime, which outlives its actors; detaching
     // the lifetime from `w` lets us use the slot after `w` is gone (after migration).
@@ -926,7 +928,7 @@ pub(crate) fn yield_now() {
         std::thread::yield_now();
         return;
     }
-    let (slot, _) = switch_out(w, INTENT_YIELD);
+    let (slot, _) = switch_out(w, Intent::Yield);
     check_cancelled(slot);
 }
 
@@ -952,7 +954,7 @@ pub(super) fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
     // as in `check_cancelled`.
     let cancelled = slot.cancel.load(Ordering::Acquire) != CANCEL_NONE;
     let (slot, w) = if cancelled && actor_unwinding(slot) {
-        switch_out(w, INTENT_YIELD)
+        switch_out(w, Intent::Yield)
     } else {
         if cancelled {
             // A pending stop request (one the actor swallowed with `catch_unwind`, or one that
@@ -963,7 +965,7 @@ pub(super) fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
         }
         match hand_off_park(w) {
             Some(resumed) => resumed,
-            None => switch_out(w, INTENT_PARK),
+            None => switch_out(w, Intent::Park),
         }
     };
     check_cancelled(slot);
