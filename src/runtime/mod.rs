@@ -35,6 +35,7 @@
 
 mod blocks;
 mod cancel;
+mod hand_off;
 pub(crate) mod idle;
 pub(crate) mod lazy;
 pub(crate) mod locals;

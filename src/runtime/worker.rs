@@ -85,6 +85,7 @@ use crate::stack::{AltStack, Stack};
 
 use super::blocks::BlockCache;
 use super::cancel::{cancel_reason, check_cancelled};
+use super::hand_off::{complete_hand_off, hand_off_park};
 use super::lazy::{PendingRing, LAZY_ARM_ROUNDS};
 use super::unwind::actor_unwinding;
 use super::{Inbox, Shared};
@@ -103,7 +104,7 @@ pub(super) const NONE: u32 = u32::MAX;
 /// Every this many rounds the shared run queue is served before the local one, and a
 /// thread rebalances. A power of two dividing the timer cadence (64): see
 /// `nothing_else_runnable`.
-const GLOBAL_FIRST_INTERVAL: u32 = 32;
+pub(super) const GLOBAL_FIRST_INTERVAL: u32 = 32;
 const _: () = assert!(GLOBAL_FIRST_INTERVAL.is_power_of_two() && 64 % GLOBAL_FIRST_INTERVAL == 0);
 
 /// Rounds of looking at the queues before announcing sleep: a park/unpark pair costs a few
@@ -182,14 +183,14 @@ pub(crate) struct Worker {
 impl Worker {
     /// This thread's inbox of pinned actors.
     #[inline(always)]
-    fn inbox(&self) -> &Inbox {
+    pub(super) fn inbox(&self) -> &Inbox {
         // SAFETY: points into `self.shared`, which `self` keeps alive.
         unsafe { &*self.inbox }
     }
 
     /// This thread's local run queue.
     #[inline(always)]
-    fn local(&self) -> &LocalQueue {
+    pub(super) fn local(&self) -> &LocalQueue {
         // SAFETY: points into `self.shared`, which `self` keeps alive.
         unsafe { &*self.local }
     }
@@ -372,7 +373,7 @@ impl Worker {
     /// rebalancing steal.
     #[cold]
     #[inline(never)]
-    fn round_due(&self) -> bool {
+    pub(super) fn round_due(&self) -> bool {
         !self.shared.timers.is_empty() || self.timeouts_to_arm() || self.stealable()
     }
 
@@ -478,7 +479,7 @@ impl Worker {
     /// The caller owns the actor's control block (it claimed the actor), and `live_fp` is
     /// exact (the previous actor's state was saved).
     #[inline(always)]
-    unsafe fn prepare_to_run(&self, slot: &Slot) {
+    pub(super) unsafe fn prepare_to_run(&self, slot: &Slot) {
         let cell = slot.cell.get();
         // SAFETY: forwarded from the caller.
         unsafe {
@@ -682,14 +683,9 @@ pub(super) fn switch_out(w: &Worker, intent: Intent) -> (&'static Slot, &'static
     // An unwinding actor must resume on this thread (std's panic count is per thread), and a
     // thread-bound one runs nowhere else (it runs here: it was pinned at its first run).
     let unwinding = actor_unwinding(slot);
-    // SAFETY: we are the running actor: our own control block.
-    let pin = if unwinding || unsafe { (*cell).thread_bound } { w.index as u32 } else { UNPINNED };
+    let pin = update_pin(slot, w.index as u32, unwinding);
     if unwinding {
         w.parked_unwinders.set(w.parked_unwinders.get() + 1);
-    }
-    // Relaxed: published to wakers by the scheduler's Release state transition.
-    if slot.pinned.load(Ordering::Relaxed) != pin {
-        slot.pinned.store(pin, Ordering::Relaxed);
     }
     #[cfg(debug_assertions)]
     crate::raw_mutex::order::assert_none_held();
@@ -705,6 +701,36 @@ pub(super) fn switch_out(w: &Worker, intent: Intent) -> (&'static Slot, &'static
     #[cfg(smarm_asan)]
     crate::context::asan::arrive(asan_save);
     (slot, resumed(slot, index, pin, unwinding, resume_value))
+}
+
+/// Records where the switching-out actor `slot` may resume, before the scheduler (or a
+/// hand-off) publishes it as queued or parked: on this thread (`here`) if it is unwinding
+/// (std's panic count is per thread) or thread-bound (pinned here since its first run);
+/// anywhere otherwise. Returns the pin. The common case (neither, and no pin set) is one
+/// load and a compare: `thread_bound` is read only when a pin is already set.
+#[inline(always)]
+pub(super) fn update_pin(slot: &Slot, here: u32, unwinding: bool) -> u32 {
+    // Relaxed (the load and the stores): the running actor's own field; wakers read it after
+    // the scheduler's Release state transition, which publishes it.
+    let pinned = slot.pinned.load(Ordering::Relaxed);
+    if unwinding {
+        if pinned != here {
+            slot.pinned.store(here, Ordering::Relaxed);
+        }
+        return here;
+    }
+    if pinned == UNPINNED {
+        return UNPINNED;
+    }
+    // SAFETY: the running actor's own control block.
+    if unsafe { (*slot.cell.get()).thread_bound } {
+        // Pinned at its first run, to the thread it runs on now.
+        debug_assert_eq!(pinned, here, "smarm: a thread-bound actor runs off its thread");
+        return pinned;
+    }
+    // It was pinned while it unwound, and has stopped unwinding.
+    slot.pinned.store(UNPINNED, Ordering::Relaxed);
+    UNPINNED
 }
 
 /// The worker a resume value names: every resume passes the resuming thread's worker (see
@@ -726,7 +752,7 @@ fn resumed_on(resume_value: usize) -> &'static Worker {
 /// the actor was counted when it switched out), and the bookkeeping of a hand-off that
 /// resumed us. Returns the worker of the thread we now run on.
 #[inline(always)]
-fn resumed(slot: &Slot, index: u32, pin: u32, unwinding: bool, resume_value: usize) -> &'static Worker {
+pub(super) fn resumed(slot: &Slot, index: u32, pin: u32, unwinding: bool, resume_value: usize) -> &'static Worker {
     let w = resumed_on(resume_value);
     complete_hand_off(w);
     #[cfg(debug_assertions)]
@@ -753,124 +779,6 @@ fn resumed(slot: &Slot, index: u32, pin: u32, unwinding: bool, resume_value: usi
         w.parked_unwinders.set(w.parked_unwinders.get() - 1);
     }
     w
-}
-
-/// Parks the running actor by handing this thread straight to the actor in the wake slot,
-/// without a round through the scheduler stack (two switches and a loop iteration saved
-/// per message hop). Returns None, having done nothing, when the scheduler must decide
-/// instead: the slot is empty or has had its `lifo_run_limit` turns, timers are due for a
-/// look, pinned actors wait in the inbox, or the parking actor is unwinding (it must be
-/// pinned, which the scheduler does).
-///
-/// The parking actor stays RUNNING until its context is saved: the actor we resume
-/// performs the park transition (`finish_hand_off`), exactly as the scheduler would after
-/// a switch back, so no waker can resume it while its stack is still in use.
-#[inline(always)]
-pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worker)> {
-    let next = w.wake_slot.get();
-    if next == NONE {
-        return None;
-    }
-    let sh = &*w.shared;
-    let tick = w.tick.get().wrapping_add(1);
-    // The scheduler's periodic round work, at its cadence (the timers' 64 is a multiple of
-    // GLOBAL_FIRST_INTERVAL), and pinned actors, which go before the slot.
-    if (tick % GLOBAL_FIRST_INTERVAL == 0 && w.round_due()) || !w.inbox().is_empty() {
-        return None;
-    }
-    // The lifo limit keeps queued work from waiting behind the slot forever. With nothing
-    // queued, the scheduler would push the occupant to the local queue and pop it straight
-    // back: the new run of turns starts here instead.
-    let lifo_runs = if w.lifo_runs.get() < w.lifo_run_limit {
-        w.lifo_runs.get()
-    } else if w.local().is_empty() && sh.run_queue.is_empty() {
-        0
-    } else {
-        return None;
-    };
-    let index = w.current.get();
-    // SAFETY: as in `switch_out`: the slab outlives the runtime's actors.
-    let slot: &'static Slot = unsafe { &*(sh.slab.slot(index) as *const Slot) };
-    if actor_unwinding(slot) {
-        return None;
-    }
-    // Committed: the wake slot's occupant runs next, as the scheduler's step 3 would do.
-    w.wake_slot.set(NONE);
-    w.lifo_runs.set(lifo_runs + 1);
-    w.tick.set(tick);
-    let cell = slot.cell.get();
-    // Not unwinding: only a thread-bound actor stays pinned (here, where it runs).
-    // SAFETY: we are the running actor: our own control block.
-    let pin = if unsafe { (*cell).thread_bound } { w.index as u32 } else { UNPINNED };
-    // Relaxed: published to wakers by the Release park transition in `finish_hand_off`.
-    if slot.pinned.load(Ordering::Relaxed) != pin {
-        slot.pinned.store(pin, Ordering::Relaxed);
-    }
-    let next_slot = sh.slab.slot(next);
-    next_slot.claim();
-    let next_cell = next_slot.cell.get();
-    // SAFETY: our own control block (we are RUNNING) and the claimed one of `next`.
-    unsafe {
-        // Our floating-point control state leaves the registers: save it (see `run_actor`).
-        let fp = fp_control_read();
-        (*cell).fp = fp;
-        w.live_fp.set(fp);
-        w.prepare_to_run(next_slot);
-        // `next` returns to the scheduler we would have returned to.
-        (*next_cell).sched_sp = (*cell).sched_sp;
-    }
-    // `handed_from` first: from the moment `next` is `current` until our switch has pushed
-    // its last register, an overflow of our stack is found through it (`guard_owner`).
-    w.handed_from.set(index);
-    w.handed_slot.set(slot);
-    w.current.set(next);
-    w.slice_start.set(0);
-    #[cfg(debug_assertions)]
-    crate::raw_mutex::order::assert_none_held();
-    #[cfg(smarm_asan)]
-    let mut asan_save = core::ptr::null_mut();
-    #[cfg(smarm_asan)]
-    // SAFETY: `next`'s control block, claimed and prepared (its stack bound).
-    crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*next_cell) });
-    // SAFETY: `next` is claimed and its saved sp is a suspended context (or a fresh one just
-    // bound); its `sched_sp` is set; `handed_from` names us, and nobody can resume us
-    // before `next` has completed our park (we are RUNNING until then).
-    let resume_value =
-        unsafe { crate::context::hand_off((*next_cell).sp, &raw mut (*cell).sp, w as *const Worker as usize) };
-    #[cfg(smarm_asan)]
-    crate::context::asan::arrive(asan_save);
-    Some((slot, resumed(slot, index, pin, false, resume_value)))
-}
-
-/// Run by every resumed actor before anything else: if a hand-off resumed it, the park
-/// transition of the actor that handed over, whose context is now saved.
-#[inline(always)]
-fn complete_hand_off(w: &Worker) {
-    let prev = w.handed_from.get();
-    if prev != NONE {
-        w.handed_from.set(NONE);
-        // SAFETY: set with `handed_from`: the slot of that actor, in the slab, which outlives
-        // the runtime's actors.
-        finish_hand_off(w, prev, unsafe { &*w.handed_slot.get() });
-    }
-}
-
-/// The park transition of `prev`, which handed this thread over. If a wake arrived since it
-/// decided to park, it is queued to run again.
-#[inline(never)]
-fn finish_hand_off(w: &Worker, prev: u32, prev_slot: &Slot) {
-    if !prev_slot.try_park() {
-        // Woken meanwhile: still RUNNING (the flag consumed); make it runnable. A
-        // thread-bound actor is pinned here (it handed this thread over), and only this
-        // thread may run it.
-        prev_slot.yield_queued();
-        // Relaxed: written by `hand_off_park` on this thread.
-        if prev_slot.pinned.load(Ordering::Relaxed) == UNPINNED {
-            w.push_local(prev);
-        } else {
-            w.inbox().push(prev);
-        }
-    }
 }
 
 /// The running actor, as `(runtime, pid)`, if called from an actor.
