@@ -98,6 +98,8 @@ mod process;
 #[cfg(not(loom))]
 mod raw_mutex;
 #[cfg(not(loom))]
+mod registry;
+#[cfg(not(loom))]
 mod reply;
 #[cfg(not(loom))]
 mod run;

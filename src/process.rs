@@ -39,14 +39,14 @@
 //! [`kill`] is not trappable and stops T with `Killed`; linked actors then receive `Killed`.
 
 use std::any::Any;
-use std::collections::HashMap;
-use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub use crate::exit::DownReason;
 pub(crate) use crate::exit::{reason_from_payload, Cancelled};
 use crate::raw_mutex::{Rank, RawMutex};
+pub(crate) use crate::registry::Registry;
+pub use crate::registry::{register, unregister, whereis, RegisterError};
 use crate::runtime::{current_shared, Hooks, Shared};
 use crate::slot_state::{Pid, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE};
 use crate::zeroed::Zeroed;
@@ -120,7 +120,7 @@ pub(crate) struct ProcState {
     pub(crate) trap_exit: bool,
     links: Vec<Pid>,
     monitors: Vec<MonitorEntry>,
-    name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Reason for a pending `CANCEL_EXIT`.
     exit_reason: Option<DownReason>,
     /// Timers aimed at this actor, cancelled when it exits.
@@ -158,7 +158,7 @@ pub(crate) type ProcLock = RawMutex<ProcSlot>;
 
 impl ProcSlot {
     /// The state of occupancy `gen`, allocating or recycling it.
-    fn state_for(&mut self, gen: u32) -> &mut ProcState {
+    pub(crate) fn state_for(&mut self, gen: u32) -> &mut ProcState {
         let st = self.state.get_or_insert_with(|| {
             Box::new(ProcState {
                 gen,
@@ -180,7 +180,7 @@ impl ProcSlot {
     }
 
     /// The state of occupancy `gen` if it exists.
-    fn existing(&mut self, gen: u32) -> Option<&mut ProcState> {
+    pub(crate) fn existing(&mut self, gen: u32) -> Option<&mut ProcState> {
         self.state.as_deref_mut().filter(|s| s.gen == gen)
     }
 }
@@ -251,7 +251,7 @@ pub(crate) fn world(sh: &Shared) -> &World {
     sh.world::<World>()
 }
 
-fn proc_lock(sh: &Shared, pid: Pid) -> Option<&ProcLock> {
+pub(crate) fn proc_lock(sh: &Shared, pid: Pid) -> Option<&ProcLock> {
     // A pid of another runtime names no actor here, whatever its index.
     if !sh.slab.owns(pid) {
         return None;
@@ -261,12 +261,12 @@ fn proc_lock(sh: &Shared, pid: Pid) -> Option<&ProcLock> {
 }
 
 /// True if `pid` is alive and its exit has not been processed, judged under its proc lock.
-fn alive_locked(sh: &Shared, slot: &ProcSlot, pid: Pid) -> bool {
+pub(crate) fn alive_locked(sh: &Shared, slot: &ProcSlot, pid: Pid) -> bool {
     slot.exited_gen != pid.generation() && sh.slab.is_live(pid)
 }
 
 /// The calling actor's runtime and pid, or a panic naming `what`.
-fn me(what: &str) -> (&'static Shared, Pid) {
+pub(crate) fn me(what: &str) -> (&'static Shared, Pid) {
     match current_shared() {
         // SAFETY: the runtime outlives its running actor; 'static is not observable past it.
         Some((sh, pid)) => (unsafe { &*sh }, pid),
@@ -721,101 +721,6 @@ pub(crate) fn pg_left(sh: &Shared, pid: Pid, group: &str) {
             }
         }
     }
-}
-
-// ------------------------------------------------------------------------------------------
-// Registry
-// ------------------------------------------------------------------------------------------
-
-/// Why [`register`] failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RegisterError {
-    /// The name is taken by a live actor.
-    NameTaken(Pid),
-    /// The actor already has a name.
-    AlreadyNamed(String),
-    /// The actor is not alive.
-    NoProc,
-}
-
-impl fmt::Display for RegisterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RegisterError::NameTaken(p) => write!(f, "smarm: name already registered to {p}"),
-            RegisterError::AlreadyNamed(n) => write!(f, "smarm: actor already registered as {n:?}"),
-            RegisterError::NoProc => f.write_str("smarm: cannot register a dead actor"),
-        }
-    }
-}
-impl std::error::Error for RegisterError {}
-
-/// Names of live actors in one runtime (rank `Registry`, above `Process`).
-pub(crate) struct Registry {
-    names: RawMutex<HashMap<String, Pid>>,
-}
-
-impl Registry {
-    pub(crate) fn new() -> Registry {
-        Registry { names: RawMutex::new(Rank::Registry, HashMap::new()) }
-    }
-
-    fn release(&self, name: &str, pid: Pid) {
-        let mut names = self.names.lock();
-        if names.get(name) == Some(&pid) {
-            names.remove(name);
-        }
-    }
-
-    pub(crate) fn lookup(&self, name: &str) -> Option<Pid> {
-        self.names.lock().get(name).copied()
-    }
-}
-
-/// Registers `pid` under `name` in the caller's runtime. The name is released when the
-/// actor ends, before its monitors and links are told.
-pub fn register(name: impl Into<String>, pid: Pid) -> Result<(), RegisterError> {
-    let (sh, _) = me("register");
-    let name = name.into();
-    let lock = proc_lock(sh, pid).ok_or(RegisterError::NoProc)?;
-    let mut slot = lock.lock();
-    if !alive_locked(sh, &slot, pid) {
-        return Err(RegisterError::NoProc);
-    }
-    let st = slot.state_for(pid.generation());
-    if let Some(n) = &st.name {
-        return Err(RegisterError::AlreadyNamed(n.clone()));
-    }
-    {
-        let mut names = world(sh).registry.names.lock();
-        if let Some(&holder) = names.get(&name) {
-            if sh.slab.is_live(holder) {
-                return Err(RegisterError::NameTaken(holder));
-            }
-        }
-        names.insert(name.clone(), pid);
-    }
-    st.name = Some(name);
-    Ok(())
-}
-
-/// Removes a name; returns the pid it named.
-pub fn unregister(name: &str) -> Option<Pid> {
-    let (sh, _) = me("unregister");
-    let pid = world(sh).registry.names.lock().remove(name)?;
-    if let Some(lock) = proc_lock(sh, pid) {
-        if let Some(st) = lock.lock().existing(pid.generation()) {
-            if st.name.as_deref() == Some(name) {
-                st.name = None;
-            }
-        }
-    }
-    Some(pid)
-}
-
-/// The live actor registered under `name`, if any.
-pub fn whereis(name: &str) -> Option<Pid> {
-    let (sh, _) = me("whereis");
-    world(sh).registry.lookup(name).filter(|p| sh.slab.is_live(*p))
 }
 
 /// Records a supervisor started by a non-supervisor in the calling actor's runtime (stopped,

@@ -44,6 +44,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("actor_local", 3),
     ("task", 3),
     ("groups", 3),
+    ("registry", 3),
     // 4 behaviours
     ("behaviour", 4),
     ("gen_server", 4),
