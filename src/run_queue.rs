@@ -59,14 +59,14 @@
 //! preempted by the OS between claiming a cell (the `head` CAS) and releasing it (its
 //! sequence store) freezes that cell, and once producers lap the ring they find it still
 //! holding the previous lap. Vyukov's original infers "full" from that; here the producer
-//! instead checks occupancy with the opposite counter (`tail - head`, after a SeqCst fence):
-//! below capacity it is a transient stall and the producer backs off (spin, then yield the
-//! OS thread so the stalled consumer can run); at capacity it is a real violation of the
-//! at-most-once rule and the producer panics with the counters. `pop` is symmetric: a cell
-//! claimed by a producer that has not yet published is waited for a bounded time, then
-//! reported as empty. A spurious empty is benign: the producer finishes and wakes a
-//! sleeper, and a thread about to sleep re-checks `is_empty` (which compares the counters)
-//! after announcing itself.
+//! instead checks occupancy (`tail - head`, read so that it never overestimates; see
+//! `MpmcRing::check_occupancy`): below capacity it is a transient stall and the producer
+//! backs off (spin, then yield the OS thread so the stalled consumer can run); at capacity
+//! it is a real violation of the at-most-once rule and the producer panics with the
+//! counters. `pop` is symmetric: a cell claimed by a producer that has not yet published is
+//! waited for a bounded time, then reported as empty. A spurious empty is benign: the
+//! producer finishes and wakes a sleeper, and a thread about to sleep re-checks `is_empty`
+//! (which compares the counters) after announcing itself.
 //!
 //! The at-most-once rule bounds the *total* occupancy, not any one stripe's, so each of
 //! `StripedRing`'s stripes is a full-size ring (an actor set that all queues on one thread
@@ -199,10 +199,11 @@ impl MpmcRing {
             let seq = self.seq(pos, Ordering::Acquire);
             let dif = seq.wrapping_sub(pos) as isize;
             if dif == 0 {
-                // Relaxed (both): claiming `pos` publishes nothing; the value is published by
-                // the Release seq store in `set_seq`, and the consumer's read of the old value
-                // was ordered before us by the Acquire seq load above.
-                match self.tail.compare_exchange_weak(pos, pos.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed) {
+                // Release on success: every write of `tail` is this CAS, so all of them form
+                // one release sequence, and a thread that acquires a `tail` value sees every
+                // head advance that happened before the pushes below it (the lap-behind
+                // occupancy check relies on this). Relaxed on failure: a new guess.
+                match self.tail.compare_exchange_weak(pos, pos.wrapping_add(1), Ordering::Release, Ordering::Relaxed) {
                     Ok(_) => {
                         // SAFETY: winning the CAS for `pos` while the cell's seq == pos gives
                         // us exclusive write access until we publish seq = pos + 1.
@@ -218,19 +219,7 @@ impl MpmcRing {
             } else if dif < 0 {
                 // The cell still holds the previous lap's value: full, or its consumer is
                 // descheduled between its head CAS and its seq store. Decide by occupancy.
-                fence(Ordering::SeqCst);
-                // `pos` (tail) was loaded before `head`, and head only grows, so this can
-                // underestimate occupancy but never overestimate it: no spurious panic.
-                // Relaxed (after the fence): only compared with `pos`, nothing read through it.
-                let head = self.head.load(Ordering::Relaxed);
-                let occupancy = pos.wrapping_sub(head);
-                if occupancy >= self.capacity() {
-                    panic!(
-                        "smarm run queue over capacity (tail {pos}, head {head}, capacity {}): \
-                         an actor was enqueued twice, which the slot state machine forbids",
-                        self.capacity()
-                    );
-                }
+                self.check_occupancy();
                 backoff.snooze();
                 // Relaxed: a fresh guess, validated by the CAS (as the first load).
                 pos = self.tail.load(Ordering::Relaxed);
@@ -238,6 +227,44 @@ impl MpmcRing {
                 // Another producer already took `pos`; catch up. Relaxed: as above.
                 pos = self.tail.load(Ordering::Relaxed);
             }
+        }
+    }
+
+    /// The lap-behind branch of `push`: panics if the ring holds `capacity` values (the push
+    /// under way would exceed it: an actor was enqueued twice); otherwise the lap-behind cell
+    /// is a stalled consumer's, and the caller waits it out.
+    ///
+    /// Never overestimates the occupancy, so it never panics while the at-most-once rule
+    /// holds. The rule gives: a value is pushed again only after the pop that took it out
+    /// won its head CAS (the slot state machine's Release/Acquire transitions order the two).
+    /// Let `t` and `h` be the values read below and suppose `t - h >= capacity`. The values
+    /// pushed at the `capacity` positions below `t`, with the value this push carries, are
+    /// `capacity + 1` values out of at most `max_actors <= capacity` distinct ones, so some
+    /// value was pushed at a position `q` in `h..t` and again later: at a position below
+    /// `t`, or by this push. Either way the head CAS past `q` happened before our `head`
+    /// load: through the later push's tail CAS, which our Acquire load of `tail` synchronises
+    /// with (all tail CASes are Release and form one release sequence), or through our own
+    /// push. So the load returns more than `q >= h`: a contradiction.
+    ///
+    /// The caller's `pos` guess is not used: read before its cell's sequence, it may be
+    /// older than a `head` read here (the stalled consumer finished, and another push and pop
+    /// went through `pos`). A fresh `tail` can still be overtaken by `head` before the
+    /// second load; the difference is compared signed, so that reads as no occupancy rather
+    /// than a wrapped huge one.
+    #[cold]
+    #[inline(never)]
+    fn check_occupancy(&self) {
+        // Acquire: see the doc comment; pairs with the Release of every tail CAS.
+        let tail = self.tail.load(Ordering::Acquire);
+        // Relaxed: write-read coherence after the Acquire above is all the argument needs.
+        let head = self.head.load(Ordering::Relaxed);
+        // Signed: `head` may have passed `tail` since the load above.
+        if tail.wrapping_sub(head) as isize >= self.capacity() as isize {
+            panic!(
+                "smarm run queue over capacity (tail {tail}, head {head}, capacity {}): \
+                 an actor was enqueued twice, which the slot state machine forbids",
+                self.capacity()
+            );
         }
     }
 
@@ -575,6 +602,140 @@ mod tests {
         r.push(1);
         r.push(2);
         r.push(3);
+    }
+
+    /// Pins the calling thread to `cpu`.
+    fn pin_to_cpu(cpu: usize) {
+        // SAFETY: `cpu_set_t` is plain bits (all-zero is the empty set); the calls only read
+        // and write the set we pass, and pid 0 names the calling thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0, "sched_setaffinity");
+        }
+    }
+
+    /// The first CPU the calling thread may run on.
+    fn first_allowed_cpu() -> usize {
+        // SAFETY: as in `pin_to_cpu`.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set), 0, "sched_getaffinity");
+            (0..libc::CPU_SETSIZE as usize).find(|&c| libc::CPU_ISSET(c, &set)).expect("some CPU is allowed")
+        }
+    }
+
+    std::thread_local! {
+        /// A single-stepped worker's random state (xorshift); 0 when not single-stepping.
+        /// Const-initialised, so the SIGTRAP handler can use it.
+        static STEPPING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+
+    /// The x86 trap flag: the CPU raises a debug trap (SIGTRAP) after every instruction.
+    const EFLAGS_TF: libc::greg_t = 0x100;
+
+    /// On average, one in this many single-stepped instructions gives up the CPU.
+    const YIELD_EVERY: u32 = 64;
+
+    /// SIGTRAP handler: keeps the trap flag set while the thread single-steps, and after a
+    /// random instruction gives up the CPU, so the thread stops there while its peers
+    /// (pinned to the same CPU) run: a preemption at an instruction chosen uniformly, not
+    /// weighted by time as an OS preemption is.
+    extern "C" fn step(_: libc::c_int, _: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+        // SAFETY: the kernel passes the interrupted context, ours alone until we return.
+        let gregs = unsafe { &mut (*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
+        let mut x = STEPPING.with(|s| s.get());
+        // A panicking worker (the failure this test looks for) stops single-stepping, so its
+        // panic report is printed at full speed. (`panicking` only reads a global and a
+        // const-initialised thread-local counter: fine in a signal handler.)
+        if x == 0 || std::thread::panicking() {
+            gregs[libc::REG_EFL as usize] &= !EFLAGS_TF;
+            return;
+        }
+        gregs[libc::REG_EFL as usize] |= EFLAGS_TF;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        STEPPING.with(|s| s.set(x));
+        if x % YIELD_EVERY == 0 {
+            // SAFETY: a plain system call (async-signal-safe; cannot fail, errno untouched).
+            unsafe { libc::sched_yield() };
+        }
+    }
+
+    /// Schedulers passing two actors through a capacity-2 ring, all pinned to ONE CPU and
+    /// single-stepped, each giving up the CPU after random instructions. So a consumer stops
+    /// between its head CAS and its sequence store (its cell frozen), a producer laps onto
+    /// that cell and stops inside its occupancy check while the others run on. Every actor is
+    /// queued at most once, so no push may report "over capacity".
+    #[test]
+    fn lap_behind_push_on_one_cpu_never_reports_over_capacity() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        use std::sync::Arc;
+        const THREADS: u32 = 3;
+        const REQUEUES: usize = 300;
+
+        /// Stops single-stepping when the worker ends, and if it panicked, stops the others
+        /// (the actor it held will never come back).
+        struct Finish<'a>(&'a AtomicBool);
+        impl Drop for Finish<'_> {
+            fn drop(&mut self) {
+                STEPPING.with(|s| s.set(0));
+                if std::thread::panicking() {
+                    self.0.store(true, SeqCst);
+                }
+            }
+        }
+
+        // SAFETY: installs a handler that touches only its thread's `STEPPING` and the
+        // interrupted context; it is restored below, once no thread single-steps any more.
+        let previous = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = step as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            let mut previous: libc::sigaction = std::mem::zeroed();
+            assert_eq!(libc::sigaction(libc::SIGTRAP, &sa, &mut previous), 0);
+            previous
+        };
+
+        let cpu = first_allowed_cpu();
+        let ring = Arc::new(MpmcRing::new(2));
+        ring.push(0);
+        ring.push(1);
+        let failed = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = (0..THREADS)
+            .map(|k| {
+                let (ring, failed) = (ring.clone(), failed.clone());
+                std::thread::spawn(move || {
+                    pin_to_cpu(cpu);
+                    let _finish = Finish(&failed);
+                    STEPPING.with(|s| s.set(0x9e37_79b9 ^ (k + 1).wrapping_mul(0x85eb_ca6b)));
+                    // SAFETY: the handler installed above sets the trap flag in our context.
+                    unsafe { libc::raise(libc::SIGTRAP) };
+                    let mut done = 0;
+                    while done < REQUEUES && !failed.load(SeqCst) {
+                        match ring.pop() {
+                            Some(v) => {
+                                ring.push(v);
+                                done += 1;
+                            }
+                            // Both actors are elsewhere: give the CPU to their holders, as a
+                            // scheduler thread with nothing to run would sleep.
+                            None => std::thread::yield_now(),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let results: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
+        // SAFETY: restores the action saved above; the workers have ended.
+        unsafe { libc::sigaction(libc::SIGTRAP, &previous, std::ptr::null_mut()) };
+        for r in results {
+            r.unwrap();
+        }
+        let mut all: Vec<u32> = std::iter::from_fn(|| ring.pop()).collect();
+        all.sort_unstable();
+        assert_eq!(all, [0, 1]);
     }
 
     /// The interface the runtime uses, so one test body covers every backend.
@@ -930,6 +1091,50 @@ mod loom_models {
             let mut all = [x, rest];
             all.sort_unstable();
             assert_eq!(all, [0, 1]);
+        });
+    }
+
+    /// The lap-behind check must never overestimate occupancy. Two actors (0 and 1) in a
+    /// capacity-2 ring, three schedulers: X and the main thread each pop an actor and push it
+    /// back; Y pops one and keeps it. The interleaving the check must survive: X claims
+    /// position 0 and stalls before releasing its cell; the main thread pops position 1 and
+    /// its push of position 2 laps onto X's frozen cell (the lap-behind branch); before the
+    /// main thread reads the counters, X releases the cell and pushes at position 2, and Y
+    /// pops position 2. `head` (3) is now past the main thread's `tail` guess (2): an
+    /// occupancy computed from that guess wraps and the push panics as "over capacity"
+    /// although each actor was queued at most once.
+    ///
+    /// Each thread pops once without waiting for a value (a spurious or real empty just
+    /// skips its push): blocking pops in three threads make executions longer than loom's
+    /// branch limit.
+    #[test]
+    fn mpmc_lap_behind_push_outpaced_by_head_does_not_panic() {
+        loom_check(3, || {
+            let ring = Arc::new(MpmcRing::new(2));
+            ring.push(0);
+            ring.push(1);
+            let requeue = |ring: &MpmcRing| {
+                if let Some(v) = ring.pop() {
+                    ring.push(v);
+                }
+            };
+            let x = {
+                let ring = ring.clone();
+                thread::spawn(move || requeue(&ring))
+            };
+            let y = {
+                let ring = ring.clone();
+                thread::spawn(move || ring.pop())
+            };
+            requeue(&ring);
+            x.join().unwrap();
+            let mut all: Vec<u32> = y.join().unwrap().into_iter().collect();
+            while let Some(v) = ring.pop() {
+                all.push(v);
+            }
+            all.sort_unstable();
+            assert_eq!(all, [0, 1]);
+            assert!(ring.is_empty());
         });
     }
 
