@@ -111,11 +111,15 @@ mod runtime;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod runtime {
-    //! Under loom only the idle protocol is compiled (for its model).
+    //! Under loom only the idle protocol and the lifecycle counters are compiled (for their
+    //! models).
     // An out-of-line module inside an inline module of the crate root resolves to
-    // `src/runtime/idle.rs`, the same file `runtime/mod.rs` declares in the normal build.
+    // `src/runtime/idle.rs` (and `lifecycle.rs`), the same files `runtime/mod.rs` declares
+    // in the normal build.
     #[allow(dead_code)] // only the loom models use it
     pub(crate) mod idle;
+    #[allow(dead_code)] // only the loom models use it
+    pub(crate) mod lifecycle;
 }
 #[cfg(not(loom))]
 mod slot_state;

@@ -2,25 +2,29 @@
 //! ([`Shared`]), spawning, waking, and the shutdown that follows the root actor's return.
 //!
 //! The per-thread scheduler loop, the wake slot and the actor-side switch live in
-//! [`worker`]; the sleep/wake protocol of idle threads in [`idle`]; lazy park timeouts in
-//! `lazy`; stop requests in `cancel`; unwinding marks and the panic hook in `unwind`; the
-//! per-thread block cache in `blocks`.
+//! [`worker`]; the sleep/wake protocol of idle threads in [`idle`]; the live count and the
+//! shutdown handshake in [`lifecycle`]; lazy park timeouts in `lazy`; stop requests in
+//! `cancel`; unwinding marks and the panic hook in `unwind`; the per-thread block cache in
+//! `blocks`.
 //!
 //! # Shutdown (root exit), step by step
 //!
 //! 1. The root actor returns (or panics); the scheduler thread that retires it calls
 //!    [`Shared::begin_shutdown`].
-//! 2. `shutting_down` is set (SeqCst store, then a SeqCst fence) and the sweep visits the
-//!    slots below the slab's high-water mark, lock-free: each live one gets
-//!    `cancel = SHUTDOWN` and a wake. The sweep does not lock or walk the whole slab: an
-//!    empty `run(|| ())` looks at one slot.
-//! 3. A spawn that raced with the sweep publishes its slot, fences, then reads
-//!    `shutting_down`; if set it cancels its own child. (Dekker pair with step 2: the sweep
-//!    sees the slot or the spawner sees the flag.) New spawns fail with `ShuttingDown`.
+//! 2. The shutdown flag is set by an RMW on the word that also counts the live actors
+//!    ([`lifecycle`]). If no actor is live, the runtime finishes at once (step 5).
+//!    Otherwise, after a SeqCst fence, the sweep visits the slots below the slab's
+//!    high-water mark, lock-free: each live one gets `cancel = SHUTDOWN` and a wake. The
+//!    sweep does not lock or walk the whole slab: an empty `run(|| ())` looks at one slot.
+//! 3. A spawn that raced with the sweep publishes its slot, fences, then reads the flag; if
+//!    set it cancels its own child. (Dekker pair with step 2: the sweep sees the slot or the
+//!    spawner sees the flag.) New spawns fail with `ShuttingDown`.
 //! 4. Cancelled actors unwind at their next runtime call (destructors run) and end with
-//!    [`DownReason::Shutdown`]. Every retirement decrements `live`.
-//! 5. Whoever brings `live` to zero with `shutting_down` set (the last retirement, or the
-//!    sweep itself) sets `finished` and unparks every scheduler thread.
+//!    [`DownReason::Shutdown`]. Every retirement decrements the live count (an RMW on the
+//!    same word).
+//! 5. The RMW that takes the count to zero with the flag set (the last retirement), or that
+//!    sets the flag with the count at zero (step 2), makes its caller finish: it sets
+//!    `finished` and unparks every scheduler thread. One word, so exactly one caller does.
 //! 6. Scheduler threads see `finished` when idle and exit; `run` joins them, takes the
 //!    root's value, and drops the shared state (slab, queues, pooled stacks).
 //!
@@ -38,6 +42,7 @@ mod cancel;
 mod hand_off;
 pub(crate) mod idle;
 pub(crate) mod lazy;
+mod lifecycle;
 pub(crate) mod locals;
 mod park;
 mod unwind;
@@ -46,7 +51,7 @@ pub(crate) mod worker;
 pub(crate) use worker::yield_now as worker_yield;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::Thread;
 
@@ -65,6 +70,7 @@ pub(crate) use blocks::{alloc_block, free_block};
 pub(crate) use cancel::{check_cancelled_current, current_cancel_reason, defer_stops};
 use idle::Idle;
 pub(crate) use lazy::{park_until, sleep, WaitLimit};
+use lifecycle::Lifecycle;
 pub(crate) use unwind::{mark_current_unwinding, set_current_exit_override, take_current_exit_override};
 pub(crate) use worker::{current_actor_pid as current_shared, current_actor_slot, current_worker, park_current};
 
@@ -366,10 +372,8 @@ pub(crate) struct Shared {
     /// The root actor.
     root_pid: std::sync::OnceLock<Pid>,
     pub(crate) stacks: StackPool,
-    /// Actors spawned and not yet retired.
-    live: AtomicUsize,
-    pub(crate) shutting_down: AtomicBool,
-    pub(crate) finished: AtomicBool,
+    /// Live actors, the shutdown flag, and whether the runtime has finished.
+    pub(crate) lifecycle: Lifecycle,
 }
 
 impl Shared {
@@ -388,9 +392,7 @@ impl Shared {
             graveyard: Default::default(),
             root_pid: std::sync::OnceLock::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),
-            live: AtomicUsize::new(0),
-            shutting_down: AtomicBool::new(false),
-            finished: AtomicBool::new(false),
+            lifecycle: Lifecycle::new(),
             config,
         }
     }
@@ -455,9 +457,9 @@ impl Shared {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        // Relaxed: an early refusal is only an optimisation; step 3 of the shutdown
-        // protocol (below) is what makes the race safe.
-        if self.shutting_down.load(Ordering::Relaxed) {
+        // An early refusal is only an optimisation; step 3 of the shutdown protocol (below)
+        // is what makes the race safe.
+        if self.lifecycle.is_shutting_down() {
             return Err(SpawnError::ShuttingDown);
         }
         let (index, gen) = self.slab.alloc().ok_or(SpawnError::Full { max_actors: self.slab.len() })?;
@@ -495,15 +497,11 @@ impl Shared {
         // Relaxed: published by the Release in `publish_queued`.
         slot.cancel.store(CANCEL_NONE, Ordering::Relaxed);
         slot.pinned.store(UNPINNED, Ordering::Relaxed);
-        // Relaxed: the spawner is itself counted in `live` (the root is spawned before any
-        // scheduler thread runs), so the count cannot reach zero before this increment; every later decrement is an RMW on the same atomic, ordered
-        // after it in its modification order, so a zero check can never miss it.
-        self.live.fetch_add(1, Ordering::Relaxed);
+        self.lifecycle.spawned();
         self.slab.publish_queued(index, gen);
         self.push_spawned(index);
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
-                         // Relaxed after the fence: see shutdown step 3.
-        if self.shutting_down.load(Ordering::Relaxed) {
+        if self.lifecycle.is_shutting_down() {
             // Release: as in `stop_all`; the child reads the code (Acquire) after its wake.
             slot.cancel.store(CANCEL_SHUTDOWN, Ordering::Release);
             self.wake(pid);
@@ -582,30 +580,23 @@ impl Shared {
 
     /// A retired actor's bookkeeping; called by its scheduler thread once its stack is free.
     pub(crate) fn retired(self: &Arc<Self>, was_root: bool) {
-        // The retirement half of a Dekker pair with `begin_shutdown` (step 5): decrement,
-        // then read the flag; the sweep stores the flag, fences, then reads `live`. AcqRel
-        // orders this actor's teardown before whoever sees the count reach zero. The flag
-        // load cannot pass the decrement because a locked RMW is a full barrier on x86_64,
-        // the only target; in the language's memory model this half would need SeqCst.
-        let left = self.live.fetch_sub(1, Ordering::AcqRel) - 1;
+        let last = self.lifecycle.retire();
         if was_root {
             self.begin_shutdown();
-        } else if left == 0 && self.shutting_down.load(Ordering::Acquire) {
+        } else if last {
             self.finish();
         }
     }
 
     /// Shutdown steps 2 and 5 (see the module doc).
     fn begin_shutdown(self: &Arc<Self>) {
-        self.shutting_down.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        self.stop_all(CANCEL_SHUTDOWN);
-        // Acquire (after the SeqCst fence): pairs with the last retirement's AcqRel
-        // decrement, so its teardown happens before `finish`.
-        if self.live.load(Ordering::Acquire) == 0 {
+        if self.lifecycle.begin_shutdown() {
             self.finish();
             return;
         }
+        // Shutdown step 3's Dekker pair: the flag (set above) before the sweep's reads.
+        fence(Ordering::SeqCst);
+        self.stop_all(CANCEL_SHUTDOWN);
         // Whoever has not ended within the shutdown timeout is killed. The timer holds a Weak:
         // it must not keep the runtime alive, and it dies with the runtime's timer wheel.
         let rt = Arc::downgrade(self);
@@ -659,9 +650,7 @@ impl Shared {
     }
 
     fn finish(&self) {
-        // AcqRel: the swap lets exactly one caller through (any ordering would); Release
-        // pairs with the scheduler threads' Acquire loads of `finished`.
-        if self.finished.swap(true, Ordering::AcqRel) {
+        if !self.lifecycle.finish() {
             return;
         }
         self.idle.claim_all();

@@ -254,8 +254,7 @@ impl Worker {
                 self.run_actor(i);
                 continue;
             }
-            // Acquire: pairs with `Shared::finish`; everything retired before it is visible.
-            if self.shared.finished.load(Ordering::Acquire) {
+            if self.shared.lifecycle.is_finished() {
                 return;
             }
             self.idle_wait();
@@ -546,8 +545,7 @@ impl Worker {
             !sh.run_queue.is_empty()
                 || !inbox.is_empty()
                 || self.stealable()
-                // Acquire: as in `run_loop`.
-                || sh.finished.load(Ordering::Acquire)
+                || sh.lifecycle.is_finished()
                 || sh.timers.due(Instant::now())
         };
         if sh.idle.prepare_park(self.index, has_work) {
