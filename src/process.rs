@@ -48,7 +48,7 @@ use crate::raw_mutex::{Rank, RawMutex};
 pub(crate) use crate::registry::Registry;
 pub use crate::registry::{register, unregister, whereis, RegisterError};
 use crate::runtime::{current_shared, Hooks, Shared};
-use crate::slot_state::{Pid, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE};
+use crate::slot_state::{raise_cancel, Pid, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE};
 use crate::zeroed::Zeroed;
 
 /// Identifies one monitor (each `monitor` call creates an independent one).
@@ -511,20 +511,17 @@ pub(crate) fn stop_with(sh: &Shared, pid: Pid, reason: DownReason) {
 /// locked): the first request decides the exit reason, as in OTP, where the first exit
 /// signal kills the process and later ones reach a dead one; a kill still overrides an
 /// earlier request (a stop that is taking too long is forced: shutdown timeouts).
+///
+/// The code is raised with a CAS ([`raise_cancel`]), not stored: the runtime's shutdown sweep
+/// and a spawn racing it raise codes without this lock. The reason is recorded only when
+/// this request was the first; the target reads it under the lock we still hold, so it
+/// cannot see the code and miss the reason.
 fn request_stop(sh: &Shared, st: &mut ProcState, pid: Pid, code: u8, reason: Option<DownReason>) {
     let cancel = &sh.slab.slot(pid.index()).cancel;
-    // Relaxed: every store of the code happens under the process lock we hold.
-    let cur = cancel.load(Ordering::Relaxed);
-    if cur == CANCEL_NONE {
+    if raise_cancel(cancel, code) == Some(CANCEL_NONE) {
         if let Some(r) = reason {
             st.exit_reason = Some(r);
         }
-        // Release: the target reads the reason after seeing the code (Acquire).
-        cancel.store(code, Ordering::Release);
-    } else if code == CANCEL_KILL && cur != CANCEL_KILL {
-        // Release: as above (a kill carries no reason, but the target's Acquire load of the
-        // code pairs with the latest store).
-        cancel.store(CANCEL_KILL, Ordering::Release);
     }
 }
 

@@ -105,6 +105,40 @@ pub(crate) const CANCEL_SHUTDOWN: u8 = 1;
 pub(crate) const CANCEL_KILL: u8 = 2;
 pub(crate) const CANCEL_EXIT: u8 = 3;
 
+/// How strongly a `cancel` code binds. A kill outranks every other request; shutdown and
+/// exit requests rank equal (the first one decides the exit reason, as in OTP, where the
+/// first exit signal kills the process); any request outranks none.
+const fn cancel_rank(code: u8) -> u8 {
+    match code {
+        CANCEL_NONE => 0,
+        CANCEL_KILL => 2,
+        _ => 1,
+    }
+}
+
+/// Raises the `cancel` byte to `code` unless a request of equal or higher rank is pending:
+/// the code only ever rises (NONE < SHUTDOWN = EXIT < KILL), whoever raises it, with or
+/// without the process lock, so a kill is never downgraded. Returns the code it replaced,
+/// or `None` if it left the byte as it was.
+///
+/// Every raise goes through here; the only other store is the reset to `CANCEL_NONE` of a
+/// slot that is FREE (before it is published again).
+pub(crate) fn raise_cancel(cancel: &AtomicU8, code: u8) -> Option<u8> {
+    // Relaxed: a first guess, validated by the CAS.
+    let mut cur = cancel.load(Ordering::Relaxed);
+    loop {
+        if cancel_rank(code) <= cancel_rank(cur) {
+            return None;
+        }
+        // Release on success: the target reads the code with Acquire (and then, for
+        // CANCEL_EXIT, the reason under the process lock). Relaxed on failure: a new guess.
+        match cancel.compare_exchange_weak(cur, code, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return Some(cur),
+            Err(now) => cur = now,
+        }
+    }
+}
+
 /// One actor slot. `repr(C)` and line-aligned, hot fields first: the state word, `pinned`,
 /// `cancel` and the head of the control block (saved sps, FP state, intent) share the first
 /// cache line, which is all a wake, a switch and a resume touch.
@@ -477,6 +511,24 @@ impl Drop for Slab {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NONE < SHUTDOWN = EXIT < KILL: a raise that does not outrank the pending code leaves it.
+    #[test]
+    fn raise_cancel_never_lowers_the_code() {
+        let c = AtomicU8::new(CANCEL_NONE);
+        assert_eq!(raise_cancel(&c, CANCEL_SHUTDOWN), Some(CANCEL_NONE));
+        assert_eq!(raise_cancel(&c, CANCEL_EXIT), None, "the first request decides");
+        assert_eq!(raise_cancel(&c, CANCEL_SHUTDOWN), None);
+        assert_eq!(c.load(Ordering::Relaxed), CANCEL_SHUTDOWN);
+        assert_eq!(raise_cancel(&c, CANCEL_KILL), Some(CANCEL_SHUTDOWN));
+        for code in [CANCEL_NONE, CANCEL_SHUTDOWN, CANCEL_EXIT, CANCEL_KILL] {
+            assert_eq!(raise_cancel(&c, code), None);
+            assert_eq!(c.load(Ordering::Relaxed), CANCEL_KILL);
+        }
+        let c = AtomicU8::new(CANCEL_EXIT);
+        assert_eq!(raise_cancel(&c, CANCEL_SHUTDOWN), None);
+        assert_eq!(raise_cancel(&c, CANCEL_KILL), Some(CANCEL_EXIT));
+    }
 
     #[test]
     fn generations_make_stale_pids_inert() {

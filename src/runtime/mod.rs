@@ -14,11 +14,13 @@
 //! 2. The shutdown flag is set by an RMW on the word that also counts the live actors
 //!    ([`lifecycle`]). If no actor is live, the runtime finishes at once (step 5).
 //!    Otherwise, after a SeqCst fence, the sweep visits the slots below the slab's
-//!    high-water mark, lock-free: each live one gets `cancel = SHUTDOWN` and a wake. The
-//!    sweep does not lock or walk the whole slab: an empty `run(|| ())` looks at one slot.
+//!    high-water mark, lock-free: each live one has its `cancel` code raised to SHUTDOWN and
+//!    is woken. Codes are only ever raised, by a CAS ([`raise_cancel`]): a kill or exit
+//!    request that is already pending, or that races the sweep, stays. The sweep does not
+//!    lock or walk the whole slab: an empty `run(|| ())` looks at one slot.
 //! 3. A spawn that raced with the sweep publishes its slot, fences, then reads the flag; if
-//!    set it cancels its own child. (Dekker pair with step 2: the sweep sees the slot or the
-//!    spawner sees the flag.) New spawns fail with `ShuttingDown`.
+//!    set it raises its own child's code to SHUTDOWN. (Dekker pair with step 2: the sweep
+//!    sees the slot or the spawner sees the flag.) New spawns fail with `ShuttingDown`.
 //! 4. Cancelled actors unwind at their next runtime call (destructors run) and end with
 //!    [`DownReason::Shutdown`]. Every retirement decrements the live count (an RMW on the
 //!    same word).
@@ -28,8 +30,8 @@
 //! 6. Scheduler threads see `finished` when idle and exit; `run` joins them, takes the
 //!    root's value, and drops the shared state (slab, queues, pooled stacks).
 //!
-//! 7. Actors that have not ended `shutdown_timeout` (default 5 s) after step 2 are asked
-//!    again with `Killed` (a timer holding a `Weak` to the runtime).
+//! 7. Actors that have not ended `shutdown_timeout` (default 5 s) after step 2 have their
+//!    code raised to KILL (a timer holding a `Weak` to the runtime).
 //!
 //! An actor that never makes a runtime call (`loop {}`) cannot be stopped, and neither can
 //! one that catches every unwind in a loop (`loop { let _ = catch_unwind(|| sleep(..)); }`):
@@ -63,7 +65,7 @@ use crate::error::{BuildError, RunError, SpawnError};
 use crate::exit::DownReason;
 use crate::loom_shim::CachePadded;
 use crate::run_queue::RunQueue;
-use crate::slot_state::{Pid, Slab, Slot, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
+use crate::slot_state::{raise_cancel, Pid, Slab, Slot, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
 use crate::stack::StackPool;
 use crate::wheel::Timers;
 pub(crate) use blocks::{alloc_block, free_block};
@@ -501,9 +503,8 @@ impl Shared {
         self.slab.publish_queued(index, gen);
         self.push_spawned(index);
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
-        if self.lifecycle.is_shutting_down() {
-            // Release: as in `stop_all`; the child reads the code (Acquire) after its wake.
-            slot.cancel.store(CANCEL_SHUTDOWN, Ordering::Release);
+                         // A kill that reached the child since it was published stays a kill.
+        if self.lifecycle.is_shutting_down() && raise_cancel(&slot.cancel, CANCEL_SHUTDOWN).is_some() {
             self.wake(pid);
         }
         Ok(JoinHandle::new(join, pid))
@@ -616,15 +617,11 @@ impl Shared {
     fn stop_all(&self, code: u8) {
         for index in 0..self.slab.high_water() as u32 {
             if let Some(pid) = self.slab.live_pid(index) {
-                let cancel = &self.slab.slot(index).cancel;
-                // Relaxed read: a racing kill wins either way (the CAS below fails or the
-                // kill overwrites); Release on the store: the actor reads it after its wake.
-                let cur = cancel.load(Ordering::Relaxed);
-                if cur == CANCEL_KILL || (cur != CANCEL_NONE && code != CANCEL_KILL) {
-                    continue;
+                // Raised, never lowered: a racing kill, or a pending kill or exit request,
+                // stays as it is.
+                if raise_cancel(&self.slab.slot(index).cancel, code).is_some() {
+                    self.wake(pid);
                 }
-                cancel.store(code, Ordering::Release);
-                self.wake(pid);
             }
         }
     }
@@ -772,6 +769,10 @@ impl Diagnostics {
     /// Number of scheduler threads.
     pub fn threads(&self) -> usize {
         self.shared.config.threads
+    }
+    /// True once shutdown has begun (the root actor has retired; shutdown step 2).
+    pub fn shutting_down(&self) -> bool {
+        self.shared.lifecycle.is_shutting_down()
     }
     /// Makes the next scheduler thread that polls the timers panic with `message`, in
     /// scheduler code (outside any actor): for tests of what a panic there does (the process
