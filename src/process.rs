@@ -48,7 +48,7 @@ use crate::raw_mutex::{Rank, RawMutex};
 pub(crate) use crate::registry::Registry;
 pub use crate::registry::{register, unregister, whereis, RegisterError};
 use crate::runtime::{current_shared, Hooks, Shared};
-use crate::slot_state::{raise_cancel, Pid, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE};
+use crate::slot_state::{Cancel, Pid};
 use crate::zeroed::Zeroed;
 
 /// Identifies one monitor (each `monitor` call creates an independent one).
@@ -121,7 +121,7 @@ pub(crate) struct ProcState {
     links: Vec<Pid>,
     monitors: Vec<MonitorEntry>,
     pub(crate) name: Option<String>,
-    /// Reason for a pending `CANCEL_EXIT`.
+    /// Reason for a pending `Cancel::Exit`.
     exit_reason: Option<DownReason>,
     /// Timers aimed at this actor, cancelled when it exits.
     pub(crate) timers: Vec<crate::wheel::TimerKey>,
@@ -486,7 +486,7 @@ pub fn exit(pid: Pid, reason: DownReason) {
         // at once: a `catch_unwind` cannot swallow it for good, the next runtime call raises
         // it again. (An actor already unwinding, e.g. calling this from a destructor during
         // a panic, is not unwound twice: the call returns and the panic stays its reason.)
-        stop(sh, me, CANCEL_EXIT, Some(reason));
+        stop(sh, me, Cancel::Exit, Some(reason));
         crate::runtime::check_cancelled_current();
         return;
     }
@@ -499,12 +499,12 @@ pub fn exit(pid: Pid, reason: DownReason) {
 /// actor spinning without runtime calls is out of reach until it makes one.
 pub fn kill(pid: Pid) {
     let (sh, _) = me("kill");
-    stop(sh, pid, CANCEL_KILL, None);
+    stop(sh, pid, Cancel::Kill, None);
 }
 
 /// Stops `pid` with `reason` as if by an untrappable exit signal (graceful runtime shutdown).
 pub(crate) fn stop_with(sh: &Shared, pid: Pid, reason: DownReason) {
-    stop(sh, pid, CANCEL_EXIT, Some(reason));
+    stop(sh, pid, Cancel::Exit, Some(reason));
 }
 
 /// Records a stop request for the live actor `pid` in its state `st` (its process slot
@@ -512,13 +512,13 @@ pub(crate) fn stop_with(sh: &Shared, pid: Pid, reason: DownReason) {
 /// signal kills the process and later ones reach a dead one; a kill still overrides an
 /// earlier request (a stop that is taking too long is forced: shutdown timeouts).
 ///
-/// The code is raised with a CAS ([`raise_cancel`]), not stored: the runtime's shutdown sweep
+/// The code is raised with a CAS ([`CancelCell::raise`](crate::slot_state::CancelCell::raise)), not stored: the runtime's shutdown sweep
 /// and a spawn racing it raise codes without this lock. The reason is recorded only when
 /// this request was the first; the target reads it under the lock we still hold, so it
 /// cannot see the code and miss the reason.
-fn request_stop(sh: &Shared, st: &mut ProcState, pid: Pid, code: u8, reason: Option<DownReason>) {
+fn request_stop(sh: &Shared, st: &mut ProcState, pid: Pid, code: Cancel, reason: Option<DownReason>) {
     let cancel = &sh.slab.slot(pid.index()).cancel;
-    if raise_cancel(cancel, code) == Some(CANCEL_NONE) {
+    if cancel.raise(code) == Some(Cancel::None) {
         if let Some(r) = reason {
             st.exit_reason = Some(r);
         }
@@ -526,7 +526,7 @@ fn request_stop(sh: &Shared, st: &mut ProcState, pid: Pid, code: u8, reason: Opt
 }
 
 /// Marks `pid` for stopping and wakes it.
-fn stop(sh: &Shared, pid: Pid, code: u8, reason: Option<DownReason>) {
+fn stop(sh: &Shared, pid: Pid, code: Cancel, reason: Option<DownReason>) {
     let Some(lock) = proc_lock(sh, pid) else { return };
     {
         let mut slot = lock.lock();
@@ -554,11 +554,11 @@ fn send_exit_signal(sh: &Shared, from: Pid, to: Pid, reason: DownReason) {
     match sink {
         Some(sink) => sink.push_signal(Signal::Exit(Exit { from, reason })),
         None if reason == DownReason::Normal => {}
-        None => stop(sh, to, CANCEL_EXIT, Some(reason)),
+        None => stop(sh, to, Cancel::Exit, Some(reason)),
     }
 }
 
-/// The reason for the caller's pending `CANCEL_EXIT`.
+/// The reason for the caller's pending `Cancel::Exit`.
 pub(crate) fn pending_exit_reason(sh: &Shared, pid: Pid) -> DownReason {
     proc_lock(sh, pid)
         .and_then(|l| l.lock().existing(pid.generation()).and_then(|s| s.exit_reason.clone()))
@@ -637,7 +637,7 @@ fn send_link_exit(sh: &Shared, from: Pid, to: Pid, reason: &DownReason) {
         } else if *reason == DownReason::Normal {
             false
         } else {
-            request_stop(sh, st, to, CANCEL_EXIT, Some(reason.clone()));
+            request_stop(sh, st, to, Cancel::Exit, Some(reason.clone()));
             true
         }
     };

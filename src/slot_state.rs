@@ -99,43 +99,87 @@ impl fmt::Debug for Pid {
 /// "No thread": the `pinned` value of an actor that may run anywhere.
 pub(crate) const UNPINNED: u32 = u32::MAX;
 
-/// Why an actor is asked to stop (the `cancel` byte of a slot).
-pub(crate) const CANCEL_NONE: u8 = 0;
-pub(crate) const CANCEL_SHUTDOWN: u8 = 1;
-pub(crate) const CANCEL_KILL: u8 = 2;
-pub(crate) const CANCEL_EXIT: u8 = 3;
+/// Why an actor is asked to stop (the value in a slot's [`CancelCell`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Cancel {
+    /// No request (zero: a zeroed slot's value).
+    None = 0,
+    /// The runtime is shutting down.
+    Shutdown = 1,
+    /// `kill`, or the runtime's kill after its shutdown timeout: cannot be trapped or deferred.
+    Kill = 2,
+    /// An exit signal; its reason is kept by the process layer (`Hooks::exit_reason`).
+    Exit = 3,
+}
 
-/// How strongly a `cancel` code binds. A kill outranks every other request; shutdown and
-/// exit requests rank equal (the first one decides the exit reason, as in OTP, where the
-/// first exit signal kills the process); any request outranks none.
-const fn cancel_rank(code: u8) -> u8 {
-    match code {
-        CANCEL_NONE => 0,
-        CANCEL_KILL => 2,
-        _ => 1,
+impl Cancel {
+    /// How strongly a request binds. A kill outranks every other request; shutdown and exit
+    /// requests rank equal (the first one decides the exit reason, as in OTP, where the first
+    /// exit signal kills the process); any request outranks none.
+    const fn rank(self) -> u8 {
+        match self {
+            Cancel::None => 0,
+            Cancel::Shutdown | Cancel::Exit => 1,
+            Cancel::Kill => 2,
+        }
+    }
+
+    /// The request a cell's byte holds (only `CancelCell` writes it, always from a `Cancel`).
+    #[inline]
+    fn from_byte(b: u8) -> Cancel {
+        match b {
+            0 => Cancel::None,
+            1 => Cancel::Shutdown,
+            2 => Cancel::Kill,
+            3 => Cancel::Exit,
+            _ => unreachable!("smarm: a cancel byte holds {b}, which no Cancel has"),
+        }
     }
 }
 
-/// Raises the `cancel` byte to `code` unless a request of equal or higher rank is pending:
-/// the code only ever rises (NONE < SHUTDOWN = EXIT < KILL), whoever raises it, with or
-/// without the process lock, so a kill is never downgraded. Returns the code it replaced,
-/// or `None` if it left the byte as it was.
-///
-/// Every raise goes through here; the only other store is the reset to `CANCEL_NONE` of a
-/// slot that is FREE (before it is published again).
-pub(crate) fn raise_cancel(cancel: &AtomicU8, code: u8) -> Option<u8> {
-    // Relaxed: a first guess, validated by the CAS.
-    let mut cur = cancel.load(Ordering::Relaxed);
-    loop {
-        if cancel_rank(code) <= cancel_rank(cur) {
-            return None;
+/// A slot's pending stop request: a [`Cancel`] in one byte, which only ever rises
+/// (None < Shutdown = Exit < Kill) while the slot is occupied, whoever raises it, with or
+/// without the process lock, so a kill is never downgraded. All-zero is `Cancel::None`.
+#[repr(transparent)]
+pub(crate) struct CancelCell(AtomicU8);
+
+impl CancelCell {
+    /// The pending request.
+    #[inline]
+    pub(crate) fn load(&self, order: Ordering) -> Cancel {
+        Cancel::from_byte(self.0.load(order))
+    }
+
+    /// True if any request is pending (the hot-path check: one load and a compare).
+    #[inline(always)]
+    pub(crate) fn is_set(&self, order: Ordering) -> bool {
+        self.0.load(order) != Cancel::None as u8
+    }
+
+    /// Raises the request to `code` unless one of equal or higher rank is pending. Returns
+    /// the request it replaced, or `None` if it left the cell as it was. Every raise goes
+    /// through here; the only other store is [`Self::reset`].
+    pub(crate) fn raise(&self, code: Cancel) -> Option<Cancel> {
+        // Relaxed: a first guess, validated by the CAS.
+        let mut cur = self.0.load(Ordering::Relaxed);
+        loop {
+            if code.rank() <= Cancel::from_byte(cur).rank() {
+                return None;
+            }
+            // Release on success: the target reads the code with Acquire (and then, for
+            // `Exit`, the reason under the process lock). Relaxed on failure: a new guess.
+            match self.0.compare_exchange_weak(cur, code as u8, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return Some(Cancel::from_byte(cur)),
+                Err(now) => cur = now,
+            }
         }
-        // Release on success: the target reads the code with Acquire (and then, for
-        // CANCEL_EXIT, the reason under the process lock). Relaxed on failure: a new guess.
-        match cancel.compare_exchange_weak(cur, code, Ordering::Release, Ordering::Relaxed) {
-            Ok(_) => return Some(cur),
-            Err(now) => cur = now,
-        }
+    }
+
+    /// Clears the request of a FREE slot, before the slot is published again.
+    pub(crate) fn reset(&self) {
+        // Relaxed: published by the Release of the slot's publication (`publish_queued`).
+        self.0.store(Cancel::None as u8, Ordering::Relaxed);
     }
 }
 
@@ -153,8 +197,8 @@ pub(crate) struct Slot {
     /// acquired the state transition reads the current value); read by wakers to route the
     /// index to that thread's inbox.
     pub(crate) pinned: AtomicU32,
-    /// Non-zero when the actor must unwind at its next runtime call (`CANCEL_*`).
-    pub(crate) cancel: AtomicU8,
+    /// The stop request the actor must unwind with at its next runtime call, if any.
+    pub(crate) cancel: CancelCell,
     /// The control block. Accessed only by the thread that owns the actor (the spawner
     /// before publication, then the scheduler thread that claimed it and the actor itself
     /// while it runs there).
@@ -515,19 +559,19 @@ mod tests {
     /// NONE < SHUTDOWN = EXIT < KILL: a raise that does not outrank the pending code leaves it.
     #[test]
     fn raise_cancel_never_lowers_the_code() {
-        let c = AtomicU8::new(CANCEL_NONE);
-        assert_eq!(raise_cancel(&c, CANCEL_SHUTDOWN), Some(CANCEL_NONE));
-        assert_eq!(raise_cancel(&c, CANCEL_EXIT), None, "the first request decides");
-        assert_eq!(raise_cancel(&c, CANCEL_SHUTDOWN), None);
-        assert_eq!(c.load(Ordering::Relaxed), CANCEL_SHUTDOWN);
-        assert_eq!(raise_cancel(&c, CANCEL_KILL), Some(CANCEL_SHUTDOWN));
-        for code in [CANCEL_NONE, CANCEL_SHUTDOWN, CANCEL_EXIT, CANCEL_KILL] {
-            assert_eq!(raise_cancel(&c, code), None);
-            assert_eq!(c.load(Ordering::Relaxed), CANCEL_KILL);
+        let c = CancelCell(AtomicU8::new(0));
+        assert_eq!(c.raise(Cancel::Shutdown), Some(Cancel::None));
+        assert_eq!(c.raise(Cancel::Exit), None, "the first request decides");
+        assert_eq!(c.raise(Cancel::Shutdown), None);
+        assert_eq!(c.load(Ordering::Relaxed), Cancel::Shutdown);
+        assert_eq!(c.raise(Cancel::Kill), Some(Cancel::Shutdown));
+        for code in [Cancel::None, Cancel::Shutdown, Cancel::Exit, Cancel::Kill] {
+            assert_eq!(c.raise(code), None);
+            assert_eq!(c.load(Ordering::Relaxed), Cancel::Kill);
         }
-        let c = AtomicU8::new(CANCEL_EXIT);
-        assert_eq!(raise_cancel(&c, CANCEL_SHUTDOWN), None);
-        assert_eq!(raise_cancel(&c, CANCEL_KILL), Some(CANCEL_EXIT));
+        let c = CancelCell(AtomicU8::new(Cancel::Exit as u8));
+        assert_eq!(c.raise(Cancel::Shutdown), None);
+        assert_eq!(c.raise(Cancel::Kill), Some(Cancel::Exit));
     }
 
     #[test]

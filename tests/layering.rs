@@ -26,6 +26,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("wheel", 1),
     ("runtime::idle", 1),
     ("runtime::park", 1),
+    ("runtime::lifecycle", 1),
     // 2 scheduler
     ("exit", 2),
     ("error", 2),

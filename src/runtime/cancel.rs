@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::unwind::actor_unwinding;
 use super::worker::{current_actor_pid, current_worker};
 use crate::exit::{Cancelled, DownReason};
-use crate::slot_state::{Slot, CANCEL_EXIT, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN};
+use crate::slot_state::{Cancel, Slot};
 
 /// The reason the running actor has been asked to stop, if any (None off an actor, and for
 /// a request the actor defers, see `defer_stops`), and whether that request was raised in it
@@ -49,7 +49,7 @@ pub(crate) fn defer_stops() {
 #[inline(always)]
 pub(super) fn check_cancelled(slot: &Slot) {
     // Acquire: pairs with the Release store of the request.
-    if slot.cancel.load(Ordering::Acquire) != CANCEL_NONE {
+    if slot.cancel.is_set(Ordering::Acquire) {
         check_cancelled_slow(slot);
     }
 }
@@ -77,16 +77,15 @@ fn check_cancelled_slow(slot: &Slot) {
 pub(super) fn cancel_reason(slot: &Slot) -> Option<DownReason> {
     // Acquire: pairs with the Release store of the request (and of an exit reason).
     match slot.cancel.load(Ordering::Acquire) {
-        CANCEL_NONE => None,
-        CANCEL_SHUTDOWN => Some(DownReason::Shutdown),
-        CANCEL_KILL => Some(DownReason::Killed),
-        CANCEL_EXIT => {
+        Cancel::None => None,
+        Cancel::Shutdown => Some(DownReason::Shutdown),
+        Cancel::Kill => Some(DownReason::Killed),
+        Cancel::Exit => {
             let (shared, pid) = current_actor_pid()?;
             // SAFETY: the runtime outlives its running actor.
             let sh = unsafe { &*shared };
             Some((sh.hooks.exit_reason)(sh, pid))
         }
-        _ => Some(DownReason::Killed),
     }
 }
 

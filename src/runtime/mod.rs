@@ -15,7 +15,7 @@
 //!    ([`lifecycle`]). If no actor is live, the runtime finishes at once (step 5).
 //!    Otherwise, after a SeqCst fence, the sweep visits the slots below the slab's
 //!    high-water mark, lock-free: each live one has its `cancel` code raised to SHUTDOWN and
-//!    is woken. Codes are only ever raised, by a CAS ([`raise_cancel`]): a kill or exit
+//!    is woken. Codes are only ever raised, by a CAS ([`CancelCell::raise`](crate::slot_state::CancelCell::raise)): a kill or exit
 //!    request that is already pending, or that races the sweep, stays. The sweep does not
 //!    lock or walk the whole slab: an empty `run(|| ())` looks at one slot.
 //! 3. A spawn that raced with the sweep publishes its slot, fences, then reads the flag; if
@@ -65,7 +65,7 @@ use crate::error::{BuildError, RunError, SpawnError};
 use crate::exit::DownReason;
 use crate::loom_shim::CachePadded;
 use crate::run_queue::RunQueue;
-use crate::slot_state::{raise_cancel, Pid, Slab, Slot, Wake, CANCEL_KILL, CANCEL_NONE, CANCEL_SHUTDOWN, UNPINNED};
+use crate::slot_state::{Cancel, Pid, Slab, Slot, Wake, UNPINNED};
 use crate::stack::StackPool;
 use crate::wheel::Timers;
 pub(crate) use blocks::{alloc_block, free_block};
@@ -497,14 +497,14 @@ impl Shared {
             };
         }
         // Relaxed: published by the Release in `publish_queued`.
-        slot.cancel.store(CANCEL_NONE, Ordering::Relaxed);
+        slot.cancel.reset();
         slot.pinned.store(UNPINNED, Ordering::Relaxed);
         self.lifecycle.spawned();
         self.slab.publish_queued(index, gen);
         self.push_spawned(index);
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
                          // A kill that reached the child since it was published stays a kill.
-        if self.lifecycle.is_shutting_down() && raise_cancel(&slot.cancel, CANCEL_SHUTDOWN).is_some() {
+        if self.lifecycle.is_shutting_down() && slot.cancel.raise(Cancel::Shutdown).is_some() {
             self.wake(pid);
         }
         Ok(JoinHandle::new(join, pid))
@@ -597,14 +597,14 @@ impl Shared {
         }
         // Shutdown step 3's Dekker pair: the flag (set above) before the sweep's reads.
         fence(Ordering::SeqCst);
-        self.stop_all(CANCEL_SHUTDOWN);
+        self.stop_all(Cancel::Shutdown);
         // Whoever has not ended within the shutdown timeout is killed. The timer holds a Weak:
         // it must not keep the runtime alive, and it dies with the runtime's timer wheel.
         let rt = Arc::downgrade(self);
         let deadline = crate::wheel::deadline_after(std::time::Instant::now(), self.config.shutdown_timeout);
         let kill = crate::wheel::Action::Run(Box::new(move || {
             if let Some(sh) = rt.upgrade() {
-                sh.stop_all(CANCEL_KILL);
+                sh.stop_all(Cancel::Kill);
             }
         }));
         let (_, earliest) = self.timers.insert_action(deadline, kill);
@@ -614,12 +614,12 @@ impl Shared {
     }
 
     /// Asks every live actor to stop with `code` (never downgrading a pending kill).
-    fn stop_all(&self, code: u8) {
+    fn stop_all(&self, code: Cancel) {
         for index in 0..self.slab.high_water() as u32 {
             if let Some(pid) = self.slab.live_pid(index) {
                 // Raised, never lowered: a racing kill, or a pending kill or exit request,
                 // stays as it is.
-                if raise_cancel(&self.slab.slot(index).cancel, code).is_some() {
+                if self.slab.slot(index).cancel.raise(code).is_some() {
                     self.wake(pid);
                 }
             }

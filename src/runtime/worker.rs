@@ -80,7 +80,7 @@ use std::time::{Duration, Instant};
 
 use crate::actor::{self, Intent};
 use crate::context::{fp_control_read, fp_control_switch, switch_to_actor, switch_to_scheduler, FpControl};
-use crate::slot_state::{Pid, Slot, CANCEL_NONE, UNPINNED};
+use crate::slot_state::{Pid, Slot, UNPINNED};
 use crate::stack::{AltStack, Stack};
 
 use super::blocks::BlockCache;
@@ -858,7 +858,7 @@ pub(super) fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
     // come; it yields instead and its caller's loop re-checks.
     // Acquire: pairs with the Release store of a stop request (`stop_all`, `request_stop`),
     // as in `check_cancelled`.
-    let cancelled = slot.cancel.load(Ordering::Acquire) != CANCEL_NONE;
+    let cancelled = slot.cancel.is_set(Ordering::Acquire);
     let (slot, w) = if cancelled && actor_unwinding(slot) {
         switch_out(w, Intent::Yield)
     } else {
