@@ -34,7 +34,7 @@
 //! load may miss the other side's write, and nobody finishes. The loom model below checks
 //! the race through the shim's atomics.
 
-use crate::loom_shim::{AtomicBool, AtomicUsize, Ordering};
+use crate::loom_shim::{AtomicBool, AtomicUsize, CachePadded, Ordering};
 
 /// Bit 0 of `state`: shutdown has begun (the root has retired).
 const SHUTTING_DOWN: usize = 1;
@@ -42,15 +42,24 @@ const SHUTTING_DOWN: usize = 1;
 const LIVE_ONE: usize = 2;
 
 pub(crate) struct Lifecycle {
-    /// `live * LIVE_ONE | SHUTTING_DOWN` (see the module doc).
-    state: AtomicUsize,
-    /// Set once, by the finisher (step 4).
+    /// `live * LIVE_ONE | SHUTTING_DOWN` (see the module doc). Every spawn and retirement
+    /// writes it: on its own line, away from the read-mostly flags below.
+    state: CachePadded<AtomicUsize>,
+    /// The read-mostly copy of the SHUTTING_DOWN bit, written once by `begin_shutdown`
+    /// before its caller's fence: spawns read it (twice each) without pulling in the line
+    /// that spawns and retirements keep writing.
+    shutting_down: CachePadded<AtomicBool>,
+    /// Set once, by the finisher (step 4); polled by idle threads.
     finished: AtomicBool,
 }
 
 impl Lifecycle {
     pub(crate) fn new() -> Lifecycle {
-        Lifecycle { state: AtomicUsize::new(0), finished: AtomicBool::new(false) }
+        Lifecycle {
+            state: CachePadded(AtomicUsize::new(0)),
+            shutting_down: CachePadded(AtomicBool::new(false)),
+            finished: AtomicBool::new(false),
+        }
     }
 
     /// Step 1: an actor was spawned.
@@ -80,6 +89,9 @@ impl Lifecycle {
         // SeqCst: this is also the flag write of that Dekker pair.
         let prev = self.state.fetch_or(SHUTTING_DOWN, Ordering::SeqCst);
         debug_assert_eq!(prev & SHUTTING_DOWN, 0, "shutdown begun twice");
+        // SeqCst: the flag write of the Dekker pair with a racing spawn, before the caller's
+        // fence (the spawn reads this copy, not the bit in `state`).
+        self.shutting_down.store(true, Ordering::SeqCst);
         prev < LIVE_ONE
     }
 
@@ -87,7 +99,7 @@ impl Lifecycle {
     /// the spawn's re-check after publishing its slot orders it with the caller's own SeqCst
     /// fence (`runtime` shutdown step 3).
     pub(crate) fn is_shutting_down(&self) -> bool {
-        self.state.load(Ordering::Relaxed) & SHUTTING_DOWN != 0
+        self.shutting_down.load(Ordering::Relaxed)
     }
 
     /// Step 4. True for the one caller that set `finished`: it must wake every scheduler
