@@ -39,7 +39,7 @@
 //! [`kill`] is not trappable and stops T with `Killed`; linked actors then receive `Killed`.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use crate::exit::DownReason;
@@ -49,7 +49,6 @@ pub(crate) use crate::registry::Registry;
 pub use crate::registry::{register, unregister, whereis, RegisterError};
 use crate::runtime::{current_shared, Hooks, Shared};
 use crate::slot_state::{Cancel, Pid};
-use crate::zeroed::Zeroed;
 
 /// Identifies one monitor (each `monitor` call creates an independent one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -191,11 +190,8 @@ static NEXT_MONITOR: AtomicU64 = AtomicU64::new(1);
 /// [`HOOKS`]): every slot's process state in a side table indexed like the slab, the name
 /// registry, the `pg` memberships, and the root supervisors.
 pub(crate) struct World {
-    /// One `proc` lock per slab slot; all-zero is "no state" (see [`ProcSlot`]).
-    procs: Zeroed<ProcLock>,
-    /// Every slot that may hold process state is below this index (`Drop` drops only
-    /// those; the rest are untouched zero pages).
-    procs_used: AtomicUsize,
+    /// One `proc` lock per slab slot (see [`ProcTable`]).
+    procs: ProcTable,
     pub(crate) registry: Registry,
     /// `pg` memberships of this runtime (one scope).
     pub(crate) groups: RawMutex<crate::groups::Groups>,
@@ -207,8 +203,7 @@ pub(crate) struct World {
 impl World {
     fn new_boxed(max_actors: usize) -> Box<dyn Any + Send + Sync> {
         Box::new(World {
-            procs: Zeroed::new(max_actors),
-            procs_used: AtomicUsize::new(0),
+            procs: ProcTable::new(max_actors),
             registry: Registry::new(),
             groups: RawMutex::new(Rank::Pg, Default::default()),
             root_sups: RawMutex::new(Rank::Primitive, Vec::new()),
@@ -218,22 +213,82 @@ impl World {
     /// The `proc` lock of slot `index` (which the slab bounds-checked).
     #[inline]
     fn proc(&self, index: u32) -> &ProcLock {
-        let i = index as usize;
-        // Relaxed: only `Drop` reads the mark, after every scheduler thread was joined (which
-        // orders every store before it).
-        if i >= self.procs_used.load(Ordering::Relaxed) {
-            self.procs_used.fetch_max(i + 1, Ordering::Relaxed);
-        }
-        &self.procs[i]
+        self.procs.get(index as usize)
     }
 }
 
-impl Drop for World {
+/// Slots per chunk of the [`ProcTable`].
+const PROC_CHUNK: usize = 256;
+
+/// A chunk of `proc` locks, allocated zeroed (all-zero is "no state").
+struct ProcChunk([ProcLock; PROC_CHUNK]);
+
+/// The side table of `proc` locks, in chunks allocated on first use: a runtime that touches
+/// the process state of a few slots allocates a few small zeroed chunks from the heap, not
+/// a table sized to `max_actors` (which would cost a mapping per runtime).
+///
+/// A chunk pointer goes from null to its chunk once (a CAS: a racing allocation of the same
+/// chunk loses and frees its copy) and stays until the table is dropped, so a `&ProcLock`
+/// lives as long as the table.
+struct ProcTable {
+    chunks: Box<[AtomicPtr<ProcChunk>]>,
+}
+
+impl ProcTable {
+    fn new(slots: usize) -> ProcTable {
+        ProcTable { chunks: (0..slots.div_ceil(PROC_CHUNK)).map(|_| AtomicPtr::new(core::ptr::null_mut())).collect() }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> &ProcLock {
+        let cell = &self.chunks[i / PROC_CHUNK];
+        // Acquire: pairs with the AcqRel CAS that published the chunk, so its zeroed memory
+        // (and any state a locker wrote, through the locks themselves) is visible.
+        let mut chunk = cell.load(Ordering::Acquire);
+        if chunk.is_null() {
+            chunk = Self::alloc_chunk(cell);
+        }
+        // SAFETY: a published chunk lives until the table is dropped, which needs `&mut self`.
+        unsafe { &(*chunk).0[i % PROC_CHUNK] }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_chunk(cell: &AtomicPtr<ProcChunk>) -> *mut ProcChunk {
+        let layout = std::alloc::Layout::new::<ProcChunk>();
+        // SAFETY: a non-zero-size layout; all-zero bytes are a valid `ProcLock` (its
+        // `ZeroValid` impl), so the zeroed block is a valid, initialised chunk.
+        let new = unsafe { std::alloc::alloc_zeroed(layout) } as *mut ProcChunk;
+        if new.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // AcqRel on success: Release publishes the zeroed chunk to `get`'s Acquire. Acquire on
+        // failure: we use the winner's chunk.
+        match cell.compare_exchange(core::ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => new,
+            Err(winner) => {
+                // SAFETY: our own allocation, never published.
+                unsafe { std::alloc::dealloc(new as *mut u8, layout) };
+                winner
+            }
+        }
+    }
+}
+
+impl Drop for ProcTable {
     fn drop(&mut self) {
-        let used = *self.procs_used.get_mut();
-        // SAFETY: slots at or past `used` were never handed out by `proc`, so they are still
-        // all-zero (no drop needed); nothing uses the table after this.
-        unsafe { self.procs.drop_prefix(used) };
+        let layout = std::alloc::Layout::new::<ProcChunk>();
+        for cell in self.chunks.iter_mut() {
+            let chunk = *cell.get_mut();
+            if !chunk.is_null() {
+                // SAFETY: a chunk this table allocated and published; nothing uses the table
+                // any more (`&mut self`), so its locks are dropped once and freed.
+                unsafe {
+                    core::ptr::drop_in_place(chunk);
+                    std::alloc::dealloc(chunk as *mut u8, layout);
+                }
+            }
+        }
     }
 }
 
