@@ -129,10 +129,8 @@ impl<T: 'static> LocalKey<T> {
         F: FnOnce(&T) -> R,
     {
         let value = self.value()?;
-        // SAFETY: the value is boxed in the store of the running actor (or of this OS thread
-        // off an actor), which drops it only at the actor's (thread's) end, after every
-        // `with` of it has returned (`runtime::locals`, invariants 2 and 4); it is only ever
-        // shared.
+        // SAFETY: boxed in the running actor's (or this thread's) store, dropped only at its
+        // end, after every `with` returned (`runtime::locals`, invariants 2, 4); only shared.
         Ok(f(unsafe { &*value }))
     }
 

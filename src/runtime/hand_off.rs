@@ -83,8 +83,8 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
     #[cfg(smarm_asan)]
     // SAFETY: `next`'s control block, claimed and prepared (its stack bound).
     crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*next_cell) });
-    // SAFETY: `next` is claimed and its saved sp is a suspended context (or a fresh one just
-    // bound); its `sched_sp` is set; `handed_from` names us, and nobody can resume us
+    // `next`'s saved sp is a suspended (or freshly bound) context and its `sched_sp` is set.
+    // SAFETY: `next` is claimed (above); `handed_from` names us, and nobody resumes us
     // before `next` has completed our park (we are RUNNING until then).
     let resume_value =
         unsafe { crate::context::hand_off((*next_cell).sp, &raw mut (*cell).sp, w as *const Worker as usize) };
