@@ -124,10 +124,12 @@ fn actors_never_see_each_others_actor_local_values() {
             .map(|me| {
                 smarm::spawn(move || {
                     let mut threads = std::collections::BTreeSet::new();
-                    for _ in 0..STEPS {
+                    for i in 0..STEPS {
                         TRAIL.with(|t| t.borrow_mut().push(me));
                         threads.insert(smarm::current_thread_index().unwrap());
-                        smarm::yield_now();
+                        // Not yields alone: with every thread busy, nothing steals and an
+                        // actor can stay on one thread (`block_once` sleeps now and then).
+                        block_once(i);
                     }
                     (TRAIL.with(|t| t.take()), threads.len())
                 })
