@@ -253,25 +253,33 @@ fn maybe_preempt_lets_a_queued_actor_run_on_a_single_thread() {
     assert!(saw_flag, "a CPU-bound actor calling maybe_preempt was never preempted ({iterations} iterations)");
 }
 
+/// Spawns an actor B that sets a flag, then runs a million `maybe_preempt` checks on the
+/// caller's thread. Returns B's handle and flag, whether B ran during the loop, and the
+/// loop's rdtsc ticks (to check that it outlasted many timeslices).
+fn spin_beside_a_queued_actor() -> (smarm::JoinHandle<()>, Arc<AtomicBool>, bool, u64) {
+    let ran = Arc::new(AtomicBool::new(false));
+    let b = {
+        let ran = ran.clone();
+        smarm::spawn(move || ran.store(true, Ordering::SeqCst))
+    };
+    let start = smarm::__private::rdtsc();
+    for i in 0..1_000_000u64 {
+        smarm::maybe_preempt();
+        std::hint::black_box(i);
+    }
+    let ticks = smarm::__private::rdtsc() - start;
+    let ran_during_loop = ran.load(Ordering::SeqCst);
+    (b, ran, ran_during_loop, ticks)
+}
+
 #[test]
 fn no_preempt_guard_keeps_maybe_preempt_from_yielding_until_dropped() {
     let rt = Runtime::builder().threads(1).timeslice_cycles(1_000).build().unwrap();
     let (ran_under_guard, guarded_ticks, ran_after) = rt
         .run(|| {
-            let ran = Arc::new(AtomicBool::new(false));
             let guard = NoPreempt::new();
-            let b = {
-                let ran = ran.clone();
-                smarm::spawn(move || ran.store(true, Ordering::SeqCst))
-            };
             // B is queued; the only thread is ours. Spend many timeslices in maybe_preempt.
-            let start = smarm::__private::rdtsc();
-            for i in 0..1_000_000u64 {
-                smarm::maybe_preempt();
-                std::hint::black_box(i);
-            }
-            let guarded_ticks = smarm::__private::rdtsc() - start;
-            let ran_under_guard = ran.load(Ordering::SeqCst);
+            let (b, ran, ran_under_guard, guarded_ticks) = spin_beside_a_queued_actor();
             drop(guard);
             for _ in 0..1_000_000_000u64 {
                 if ran.load(Ordering::SeqCst) {
@@ -345,18 +353,7 @@ fn no_preempt_guard_dropped_by_another_actor_panics_and_keeps_its_owner_unpreemp
                 go_rx.recv().unwrap();
                 // Our count must still be raised: with a queued actor and a 1,000-tick slice,
                 // many slices of maybe_preempt must not yield.
-                let ran = Arc::new(AtomicBool::new(false));
-                let other = {
-                    let ran = ran.clone();
-                    smarm::spawn(move || ran.store(true, Ordering::SeqCst))
-                };
-                let start = smarm::__private::rdtsc();
-                for i in 0..1_000_000u64 {
-                    smarm::maybe_preempt();
-                    std::hint::black_box(i);
-                }
-                let ticks = smarm::__private::rdtsc() - start;
-                let ran_while_spinning = ran.load(Ordering::SeqCst);
+                let (other, _, ran_while_spinning, ticks) = spin_beside_a_queued_actor();
                 other.join().unwrap();
                 (ran_while_spinning, ticks)
             });
