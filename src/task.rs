@@ -48,15 +48,9 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let w = current_worker();
-    if w.is_null() {
-        return Err(SpawnError::NoRuntime);
-    }
-    // SAFETY: this thread's live worker; the runtime outlives the spawning actor, and we
-    // do not switch before using it.
-    let shared = unsafe { (*w).shared() } as *const crate::runtime::Shared;
-    // SAFETY: as above.
-    let h = unsafe { (*shared).spawn(f, false) }?;
+    let shared = current_shared_ptr()?;
+    // SAFETY: see `current_shared_ptr`.
+    let h = unsafe { &*shared }.spawn(f, false)?;
     maybe_preempt();
     Ok(h)
 }
