@@ -45,6 +45,8 @@ pub enum BuildError {
     ZeroLifoRunLimit,
     /// `timeslice_cycles(0)`.
     ZeroTimeslice,
+    /// `max_blocking_threads(0)`: `spawn_blocking` could never run anything.
+    ZeroBlockingThreads,
 }
 
 impl fmt::Display for BuildError {
@@ -66,6 +68,7 @@ impl fmt::Display for BuildError {
             }
             BuildError::ZeroLifoRunLimit => f.write_str("smarm: lifo_run_limit must be at least 1"),
             BuildError::ZeroTimeslice => f.write_str("smarm: timeslice_cycles must be at least 1"),
+            BuildError::ZeroBlockingThreads => f.write_str("smarm: max_blocking_threads must be at least 1"),
         }
     }
 }

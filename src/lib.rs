@@ -85,10 +85,16 @@ pub mod gen_statem;
 mod groups;
 #[cfg(not(loom))]
 mod hand;
+#[cfg(not(loom))]
+mod io;
 mod local_queue;
 mod loom_shim;
 #[cfg(not(loom))]
 mod mailbox;
+#[cfg(not(loom))]
+pub mod net;
+#[cfg(not(loom))]
+mod offload;
 #[cfg(not(loom))]
 pub mod pg;
 #[cfg(not(loom))]
@@ -147,16 +153,18 @@ mod api {
     pub use crate::actor::JoinHandle;
     pub use crate::error::{BuildError, RunError, SpawnError};
     pub use crate::mailbox::{Addr, Envelope, Mailbox};
+    pub use crate::offload::{block_on, spawn_blocking, BlockingHandle};
     pub use crate::preempt::{maybe_preempt, NoPreempt};
-    pub use crate::process::shutdown;
     pub use crate::process::{
         demonitor, demonitor_flush, exit, kill, link, monitor, recv_signal, recv_signal_timeout, register, trap_exit,
         unlink, unregister, whereis, Down, DownReason, Exit, MonitorRef, RegisterError, Signal,
     };
+    pub use crate::process::{shutdown, shutdown_handle, ShutdownHandle};
     pub use crate::run::run;
     pub use crate::runtime::{
-        Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_STACK_SIZE,
-        DEFAULT_TIMESLICE_CYCLES, MAX_STACK_SIZE, MAX_THREADS, MIN_STACK_SIZE,
+        Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_MAX_BLOCKING_THREADS,
+        DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_STACK_SIZE, DEFAULT_TIMESLICE_CYCLES, MAX_STACK_SIZE, MAX_THREADS,
+        MIN_STACK_SIZE,
     };
     pub use crate::slot_state::Pid;
     pub use crate::task::{

@@ -814,6 +814,52 @@ pub fn shutdown() {
     }
 }
 
+/// A handle that starts the graceful [`shutdown`] of a runtime from anywhere: another
+/// runtime, a plain thread, a signal-watching thread. Made by [`shutdown_handle`] in an
+/// actor of that runtime; it does not keep the runtime alive.
+///
+/// ```
+/// let rt = smarm::Runtime::builder().build().unwrap();
+/// let r = rt.run(|| {
+///     let handle = smarm::shutdown_handle();
+///     std::thread::spawn(move || handle.shutdown());
+///     loop {
+///         smarm::sleep(std::time::Duration::from_millis(1)); // stopped here
+///     }
+/// });
+/// assert!(matches!(r, Err(smarm::RunError::Root(smarm::DownReason::Shutdown))));
+/// ```
+#[derive(Clone, Debug)]
+pub struct ShutdownHandle {
+    rt: std::sync::Weak<Shared>,
+}
+
+impl ShutdownHandle {
+    /// Starts the runtime's graceful shutdown, as [`shutdown`] does in one of its actors.
+    /// Returns false if the runtime has already ended.
+    pub fn shutdown(&self) -> bool {
+        let Some(sh) = self.rt.upgrade() else { return false };
+        if sh.lifecycle.is_finished() {
+            return false;
+        }
+        if let Some(root) = sh.root_pid() {
+            stop_with(&sh, root, DownReason::Shutdown);
+        }
+        true
+    }
+}
+
+/// A [`ShutdownHandle`] for the calling actor's runtime.
+///
+/// # Panics
+/// Outside an actor.
+pub fn shutdown_handle() -> ShutdownHandle {
+    let w = crate::runtime::current_worker();
+    let _ = me("shutdown_handle");
+    // SAFETY: `me` returned, so this thread runs an actor and has a live worker.
+    ShutdownHandle { rt: std::sync::Arc::downgrade(&unsafe { &*w }.shared_arc()) }
+}
+
 /// Receives the next signal of a plain `spawn` actor (its signal-only mailbox), parking
 /// until one arrives. Mailbox actors receive signals through their [`Mailbox`](crate::Mailbox).
 pub fn recv_signal() -> Signal {

@@ -33,6 +33,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("actor", 2),
     ("slot_state", 2),
     ("runtime", 2),
+    ("io", 2),
     // 3 actors' world
     ("process", 3),
     ("timer", 3),
@@ -46,6 +47,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("task", 3),
     ("groups", 3),
     ("registry", 3),
+    ("net", 3),
+    ("offload", 3),
     // 4 behaviours
     ("behaviour", 4),
     ("gen_server", 4),

@@ -38,7 +38,43 @@
 //!   fence, because the thread that saw the extra work is awake and will reach it anyway; it
 //!   only spreads work sooner.
 
-use crate::loom_shim::{fence, AtomicU64, Ordering};
+use crate::loom_shim::{fence, AtomicBool, AtomicU64, Ordering};
+
+/// Whether an idle thread waits in the reactor (`epoll_wait`, woken by the reactor's
+/// `mio::Waker`) rather than on its park token: a waker that claimed the thread's bit reads
+/// it to pick the way to wake it.
+///
+/// The sleeper sets it *before* announcing sleep ([`Idle::prepare_park`]'s SeqCst RMW on the
+/// bitmap), so a waker whose claiming RMW read that announcement also sees the flag (the
+/// announce is a release, the claim an acquire: the flag's store happens before the read).
+/// The sleeper clears it after it withdrew its bit; a waker that then reads false unparks
+/// the thread's token instead, which only makes a later futex park return at once (a
+/// spurious wake, which every park tolerates). The other way round, a stale true costs one
+/// spurious `epoll_wait` return. `loom_models::poller_is_woken_through_the_reactor` checks
+/// it.
+#[derive(Default)]
+pub(crate) struct PollFlag(AtomicBool);
+
+impl PollFlag {
+    /// Before `prepare_park`: this thread will wait in the reactor.
+    pub(crate) fn enter(&self) {
+        // Relaxed: ordered before the announcement by program order and published by its
+        // SeqCst RMW (see the type doc).
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// After the wait, once the bit is withdrawn.
+    pub(crate) fn leave(&self) {
+        // Relaxed: a stale true only costs a spurious wake (see the type doc).
+        self.0.store(false, Ordering::Relaxed);
+    }
+
+    /// For a waker that has claimed the thread's bit.
+    pub(crate) fn get(&self) -> bool {
+        // Relaxed: the claim's acquire made the enter visible (see the type doc).
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 pub(crate) struct Idle {
     sleeping: Box<[AtomicU64]>,
@@ -146,7 +182,7 @@ impl Idle {
 /// `RUSTFLAGS="--cfg loom" cargo test --release --lib loom_models`.
 #[cfg(all(test, loom))]
 mod loom_models {
-    use super::Idle;
+    use super::{Idle, PollFlag};
     use crate::loom_shim::loom_check;
     use crate::run_queue::MpmcRing;
     use loom::sync::atomic::{AtomicBool, Ordering};
@@ -249,6 +285,56 @@ mod loom_models {
             claimed.sort_unstable();
             assert_eq!(claimed, [0, 1]);
             assert_eq!(idle.sleepers(), 0);
+        });
+    }
+
+    /// One thread idles in the reactor: it sets its `PollFlag`, announces sleep, re-checks,
+    /// and waits on the "eventfd" (a condvar flag), never on its park token. The waker
+    /// publishes work, claims the sleeper and wakes it the way the flag says. Had the waker
+    /// taken the token path while the poller waits on the eventfd, the poller would wait
+    /// forever (a loom deadlock).
+    #[test]
+    fn poller_is_woken_through_the_reactor() {
+        use loom::sync::{Condvar, Mutex};
+        loom_check(5, || {
+            let idle = Arc::new(Idle::new(1));
+            let ring = Arc::new(MpmcRing::new(2));
+            let flag = Arc::new(PollFlag::default());
+            let eventfd = Arc::new((Mutex::new(false), Condvar::new()));
+            let poller = {
+                let (idle, ring, flag, eventfd) = (idle.clone(), ring.clone(), flag.clone(), eventfd.clone());
+                thread::spawn(move || loop {
+                    if let Some(v) = ring.pop() {
+                        return v;
+                    }
+                    flag.enter();
+                    if idle.prepare_park(0, || !ring.is_empty()) {
+                        let (m, cv) = &*eventfd;
+                        let mut signalled = m.lock().unwrap();
+                        while !*signalled {
+                            signalled = cv.wait(signalled).unwrap();
+                        }
+                        *signalled = false;
+                        drop(signalled);
+                        idle.clear(0);
+                    }
+                    flag.leave();
+                })
+            };
+            ring.push(7);
+            if let Some(k) = idle.wake_any() {
+                assert_eq!(k, 0);
+                if flag.get() {
+                    let (m, cv) = &*eventfd;
+                    *m.lock().unwrap() = true;
+                    cv.notify_one();
+                } else {
+                    // The token path: the poller is not waiting in the reactor (it re-checks
+                    // the ring before it could).
+                    poller.thread().unpark();
+                }
+            }
+            assert_eq!(poller.join().unwrap(), 7);
         });
     }
 }

@@ -39,6 +39,7 @@
 //! would skip the destructors that deregister it from channels and timers. `run` then waits
 //! for it. That is the documented limit of cooperative scheduling.
 
+pub(crate) mod blocking;
 mod blocks;
 mod cancel;
 mod hand_off;
@@ -68,6 +69,7 @@ use crate::run_queue::RunQueue;
 use crate::slot_state::{Cancel, Pid, Slab, Slot, Wake, UNPINNED};
 use crate::stack::StackPool;
 use crate::wheel::Timers;
+pub use blocking::DEFAULT_MAX_BLOCKING_THREADS;
 pub(crate) use blocks::{alloc_block, free_block};
 pub(crate) use cancel::{check_cancelled_current, current_cancel_reason, defer_stops};
 use idle::Idle;
@@ -108,6 +110,7 @@ pub(crate) struct Config {
     pub(crate) quiet_panics: bool,
     pub(crate) shutdown_timeout: std::time::Duration,
     pub(crate) warm_stacks: usize,
+    pub(crate) max_blocking_threads: usize,
 }
 
 /// Configures a [`Runtime`].
@@ -126,6 +129,7 @@ pub struct Builder {
     quiet_panics: bool,
     warm_stacks: usize,
     shutdown_timeout: std::time::Duration,
+    max_blocking_threads: usize,
 }
 
 impl Default for Builder {
@@ -139,6 +143,7 @@ impl Default for Builder {
             quiet_panics: false,
             warm_stacks: DEFAULT_WARM_STACKS,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            max_blocking_threads: blocking::DEFAULT_MAX_BLOCKING_THREADS,
         }
     }
 }
@@ -192,6 +197,15 @@ impl Builder {
         self
     }
 
+    /// Maximum number of OS threads of the pool that runs
+    /// [`spawn_blocking`](crate::spawn_blocking) closures (default 512, at least 1). The pool
+    /// starts threads on demand and lets them go after 10 s idle; beyond the maximum,
+    /// closures queue.
+    pub fn max_blocking_threads(mut self, n: usize) -> Self {
+        self.max_blocking_threads = n;
+        self
+    }
+
     /// Validates the configuration.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let threads = match self.threads {
@@ -220,6 +234,9 @@ impl Builder {
         if self.timeslice_cycles == 0 {
             return Err(BuildError::ZeroTimeslice);
         }
+        if self.max_blocking_threads == 0 {
+            return Err(BuildError::ZeroBlockingThreads);
+        }
         Ok(Runtime {
             config: Config {
                 threads,
@@ -230,6 +247,7 @@ impl Builder {
                 quiet_panics: self.quiet_panics,
                 warm_stacks: self.warm_stacks,
                 shutdown_timeout: self.shutdown_timeout,
+                max_blocking_threads: self.max_blocking_threads,
             },
         })
     }
@@ -291,6 +309,8 @@ impl Runtime {
             // ending (`worker::thread_main`), since what it held cannot be finished elsewhere.
             let _ = t.join();
         }
+        // Every actor has ended: nobody waits for a blocking job any more.
+        shared.blocking.shutdown(shared.config.shutdown_timeout);
         match handle.try_take() {
             Some(Ok(v)) => Ok(v),
             Some(Err(reason)) => Err(RunError::Root(reason)),
@@ -376,6 +396,11 @@ pub(crate) struct Shared {
     pub(crate) stacks: StackPool,
     /// Live actors, the shutdown flag, and whether the runtime has finished.
     pub(crate) lifecycle: Lifecycle,
+    /// The reactor, made by the first socket that has to wait (`Shared::reactor`).
+    reactor: std::sync::OnceLock<Arc<crate::io::Reactor>>,
+    reactor_init: Mutex<()>,
+    /// Threads for `spawn_blocking` (see `blocking`).
+    pub(crate) blocking: blocking::BlockingPool,
 }
 
 impl Shared {
@@ -395,8 +420,30 @@ impl Shared {
             root_pid: std::sync::OnceLock::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),
             lifecycle: Lifecycle::new(),
+            reactor: std::sync::OnceLock::new(),
+            reactor_init: Mutex::new(()),
+            blocking: blocking::BlockingPool::new(config.max_blocking_threads, blocking::KEEP_ALIVE),
             config,
         }
+    }
+
+    /// The runtime's reactor, made on first use (an epoll fd and an eventfd).
+    pub(crate) fn reactor(&self) -> std::io::Result<&Arc<crate::io::Reactor>> {
+        if let Some(r) = self.reactor.get() {
+            return Ok(r);
+        }
+        let _init = self.reactor_init.lock();
+        if let Some(r) = self.reactor.get() {
+            return Ok(r);
+        }
+        let r = Arc::new(crate::io::Reactor::new()?);
+        Ok(self.reactor.get_or_init(|| r))
+    }
+
+    /// The reactor if one has been made (the scheduler's polls look here).
+    #[inline]
+    pub(crate) fn reactor_if_made(&self) -> Option<&Arc<crate::io::Reactor>> {
+        self.reactor.get()
     }
 
     /// The per-runtime state of the layers above, as the type `hooks.new_world` made.
@@ -420,6 +467,14 @@ impl Shared {
     pub(crate) fn unpark(&self, k: usize) {
         // Relaxed: a statistic.
         self.unparks[k].fetch_add(1, Ordering::Relaxed);
+        // Thread k may idle in the reactor rather than on its token (`PollFlag`: the caller
+        // claimed k's bit, which makes the flag readable here).
+        if self.parkers[k].in_poll.get() {
+            if let Some(r) = self.reactor.get() {
+                r.wake();
+                return;
+            }
+        }
         self.parkers[k].unpark();
     }
 
@@ -765,6 +820,18 @@ impl Diagnostics {
     /// Timed waits that end promptly never reach it (lazy timeouts, see `lazy`).
     pub fn pending_timers(&self) -> usize {
         self.shared.timers.pending()
+    }
+    /// Actors and threads parked waiting for socket readiness.
+    pub fn io_waiters(&self) -> usize {
+        self.shared.reactor_if_made().map_or(0, |r| r.waiters())
+    }
+    /// Threads of the blocking pool alive now.
+    pub fn blocking_threads(&self) -> usize {
+        self.shared.blocking.threads()
+    }
+    /// Reactor polls that found readiness events (0 if no socket ever had to wait).
+    pub fn io_polls_with_events(&self) -> u64 {
+        self.shared.reactor_if_made().map_or(0, |r| r.polls_with_events())
     }
     /// Number of scheduler threads.
     pub fn threads(&self) -> usize {

@@ -1,6 +1,6 @@
-//! How an idle scheduler thread blocks, behind one small type so that the I/O milestone can
-//! make one idle thread wait in `epoll_wait` (woken by an eventfd) instead, without
-//! changing the idle protocol around it (`idle`).
+//! How an idle scheduler thread blocks, behind one small type. One idle thread may wait in
+//! the reactor's `epoll_wait` instead (woken by its eventfd `mio::Waker`), without changing
+//! the idle protocol around it (`idle`): its `in_poll` flag says which (see `PollFlag`).
 //!
 //! It blocks on the thread's own park token (`std::thread::park`, a futex on Linux). A wake
 //! that arrives before the park leaves the token set, so the park returns at once: no lost
@@ -13,6 +13,8 @@ use std::time::Duration;
 #[derive(Default)]
 pub(crate) struct Parker {
     thread: OnceLock<Thread>,
+    /// Set while the thread idles in the reactor instead of on its token (see `PollFlag`).
+    pub(crate) in_poll: super::idle::PollFlag,
 }
 
 impl Parker {

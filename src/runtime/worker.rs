@@ -23,8 +23,15 @@
 //!    round the other way round, so work queued from outside is never starved, and with a
 //!    rebalancing steal in between); if more remain and a thread sleeps, nudge it (it will
 //!    steal);
-//! 5. the oldest actor of another thread's local queue (a steal);
-//! 6. otherwise go idle (`idle` module protocol), parked until woken or the next deadline.
+//! 5. if actors wait on I/O, a non-blocking poll of the reactor (what it wakes lands in the
+//!    wake slot and the local queue);
+//! 6. the oldest actor of another thread's local queue (a steal);
+//! 7. otherwise go idle (`idle` module protocol), parked until woken or the next deadline;
+//!    the one idle thread that gets the reactor's poll waits in `epoll_wait` instead.
+//!
+//! Every `GLOBAL_FIRST_INTERVAL`-th round a thread also polls the reactor without blocking
+//! if nobody has for `io::BUSY_POLL_INTERVAL` while actors wait on I/O, so a runtime whose
+//! threads are all busy still sees the network.
 //!
 //! # Where runnable actors go
 //!
@@ -288,6 +295,14 @@ impl Worker {
         if tick % 64 == 0 && !sh.timers.is_empty() {
             sh.fire_due(Instant::now());
         }
+        if tick % GLOBAL_FIRST_INTERVAL == 0 {
+            // A busy runtime still sees the network (see `io`): what is ready joins the queues.
+            if let Some(r) = sh.reactor_if_made() {
+                if r.busy_poll_due() {
+                    r.poll_now();
+                }
+            }
+        }
         self.arm_timeouts(false);
         if !self.inbox_yielded.replace(false) {
             if let Some(i) = self.inbox().pop() {
@@ -320,6 +335,19 @@ impl Worker {
                 }
             }
             return Some(i);
+        }
+        // Out of queued work: what the network has ready comes before stealing (Go's
+        // `findRunnable`). The woken actors land in this thread's wake slot and local queue.
+        if let Some(r) = sh.reactor_if_made() {
+            if r.has_waiters() && r.poll_now() > 0 {
+                let slot = self.wake_slot.replace(NONE);
+                if slot != NONE {
+                    return Some(slot);
+                }
+                if let Some(i) = local.pop() {
+                    return Some(i);
+                }
+            }
         }
         self.steal().or_else(|| self.inbox().pop())
     }
@@ -373,7 +401,10 @@ impl Worker {
     #[cold]
     #[inline(never)]
     pub(super) fn round_due(&self) -> bool {
-        !self.shared.timers.is_empty() || self.timeouts_to_arm() || self.stealable()
+        !self.shared.timers.is_empty()
+            || self.timeouts_to_arm()
+            || self.stealable()
+            || self.shared.reactor_if_made().is_some_and(|r| r.busy_poll_due())
     }
 
     /// The oldest lazy timeout is old enough to arm (what `arm_timeouts(false)` would do).
@@ -548,8 +579,27 @@ impl Worker {
                 || sh.lifecycle.is_finished()
                 || sh.timers.due(Instant::now())
         };
+        let timeout = || sh.timers.until_next(now).map(|d| d.max(Duration::from_micros(1)));
+        // One idle thread waits in the reactor instead of on its token (see `io`): whoever
+        // gets the poll. Its `PollFlag` is set before it announces sleep.
+        if let Some(reactor) = sh.reactor_if_made() {
+            if let Some(mut poll) = reactor.try_lock_poll() {
+                let parker = &sh.parkers[self.index];
+                parker.in_poll.enter();
+                if sh.idle.prepare_park(self.index, has_work) {
+                    reactor.wait(&mut poll, timeout());
+                    sh.idle.clear(self.index);
+                    parker.in_poll.leave();
+                    // After withdrawing the bit: the wakes below must not claim this thread.
+                    reactor.dispatch(&poll);
+                } else {
+                    parker.in_poll.leave();
+                }
+                return;
+            }
+        }
         if sh.idle.prepare_park(self.index, has_work) {
-            sh.parkers[self.index].park(sh.timers.until_next(now).map(|d| d.max(Duration::from_micros(1))));
+            sh.parkers[self.index].park(timeout());
             sh.idle.clear(self.index);
         }
     }

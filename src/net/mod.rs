@@ -1,0 +1,312 @@
+//! Sockets that park actors: [`TcpListener`], [`TcpStream`], [`UdpSocket`] and, in
+//! [`unix`], Unix-domain streams. Std-shaped: the same names, signatures and `Read`/`Write`
+//! impls as `std::net`.
+//!
+//! # Blocking
+//!
+//! Every socket is in non-blocking mode underneath. An operation that would block:
+//! - in an actor, parks the actor (not its scheduler thread) until the runtime's reactor
+//!   reports the socket ready (see the reactor's doc in `io`);
+//! - on a plain thread (outside any runtime, or a runtime's non-actor thread), blocks the
+//!   thread in `poll(2)` on the socket.
+//!
+//! So the same types work in both, and a socket can move between an actor and a thread.
+//! A socket is registered with the reactor of the first runtime whose actor has to wait on
+//! it; waiting on it from an actor of another runtime is an error (`Other`).
+//!
+//! # Timeouts
+//!
+//! `set_read_timeout`/`set_write_timeout` bound each blocking operation as in std, for
+//! actors and threads alike; an operation that runs out of time fails with
+//! [`io::ErrorKind::TimedOut`] (std on Unix reports `WouldBlock`; `TimedOut` says what
+//! happened). They belong to the handle, not the socket: a [`TcpStream::try_clone`] starts
+//! with the timeouts of the original and is set on its own afterwards. Timeouts in an
+//! actor never fire early and may fire late by a few scheduling rounds (the lazy timeouts
+//! of `runtime::lazy`).
+//!
+//! # Errors
+//!
+//! A reset peer or a write to a closed connection is an `io::Error` (`ConnectionReset`,
+//! `BrokenPipe`): writes use `MSG_NOSIGNAL` semantics (Rust ignores SIGPIPE), never a signal.
+//!
+//! # Fairness
+//!
+//! An operation that succeeds does not park, so an actor reading a socket that always has
+//! data would never yield; each operation counts toward the actor's timeslice
+//! ([`crate::maybe_preempt`]), as every runtime call does.
+
+mod tcp;
+mod udp;
+pub mod unix;
+
+pub use tcp::{Incoming, TcpListener, TcpStream};
+pub use udp::UdpSocket;
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::io::{Dir, Registration};
+use crate::runtime::{current_shared, WaitLimit};
+
+/// A socket and its lazily made registration. Field order matters: the registration is
+/// dropped (deregistered) before the socket (closed).
+pub(crate) struct Core<S: AsRawFd> {
+    reg: OnceLock<Registration>,
+    reg_init: Mutex<()>,
+    sock: S,
+    /// Nanoseconds, 0 for none.
+    read_timeout: AtomicU64,
+    write_timeout: AtomicU64,
+}
+
+impl<S: AsRawFd> Core<S> {
+    /// Wraps a socket already in non-blocking mode.
+    pub(crate) fn new(sock: S) -> Core<S> {
+        Core {
+            reg: OnceLock::new(),
+            reg_init: Mutex::new(()),
+            sock,
+            read_timeout: AtomicU64::new(0),
+            write_timeout: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn get(&self) -> &S {
+        &self.sock
+    }
+
+    /// The socket, deregistered, for `into_std`.
+    pub(crate) fn into_inner(self) -> S {
+        drop(self.reg);
+        self.sock
+    }
+
+    fn timeout_cell(&self, dir: Dir) -> &AtomicU64 {
+        match dir {
+            Dir::Read => &self.read_timeout,
+            Dir::Write => &self.write_timeout,
+        }
+    }
+
+    pub(crate) fn timeout(&self, dir: Dir) -> Option<Duration> {
+        // Relaxed: a setting read at the start of each operation.
+        match self.timeout_cell(dir).load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n)),
+        }
+    }
+
+    /// As std's `set_read_timeout`: `Some(0)` is `InvalidInput`.
+    pub(crate) fn set_timeout(&self, dir: Dir, t: Option<Duration>) -> io::Result<()> {
+        let n = match t {
+            None => 0,
+            Some(d) if d.is_zero() => {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"))
+            }
+            Some(d) => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+        };
+        // Relaxed: as in `timeout`.
+        self.timeout_cell(dir).store(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Copies the timeouts of `other` (for `try_clone`).
+    pub(crate) fn with_timeouts_of<T: AsRawFd>(self, other: &Core<T>) -> Core<S> {
+        // Relaxed: as in `timeout`.
+        self.read_timeout.store(other.read_timeout.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.write_timeout.store(other.write_timeout.load(Ordering::Relaxed), Ordering::Relaxed);
+        self
+    }
+
+    /// Runs `op` until it does not return `WouldBlock`, waiting for `dir` readiness in
+    /// between, within the handle's timeout for `dir`.
+    pub(crate) fn io<R>(&self, dir: Dir, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
+        self.io_within(dir, WaitLimit::from_timeout(self.timeout(dir)), op)
+    }
+
+    /// [`Core::io`] with an explicit limit.
+    pub(crate) fn io_within<R>(
+        &self,
+        dir: Dir,
+        mut limit: WaitLimit,
+        mut op: impl FnMut(&S) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let mut thread_deadline: Option<Option<Instant>> = None;
+        loop {
+            let snap = self.reg.get().map(|r| r.snapshot());
+            match op(&self.sock) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => {
+                    crate::preempt::maybe_preempt();
+                    return r;
+                }
+            }
+            if current_shared().is_none() {
+                let deadline = *thread_deadline.get_or_insert_with(|| limit.deadline());
+                poll_fd(self.sock.as_raw_fd(), dir, deadline)?;
+                continue;
+            }
+            let Some(reg) = self.registration()? else {
+                // Just registered: readiness starts set, so the operation is tried again.
+                continue;
+            };
+            match snap {
+                Some(snap) => reg.clear(dir, snap),
+                // Registered by another handle of this socket since our snapshot.
+                None => continue,
+            }
+            reg.wait(dir, &mut limit)?;
+        }
+    }
+
+    /// The registration with the calling actor's runtime: `Ok(None)` if it was made just now.
+    fn registration(&self) -> io::Result<Option<&Registration>> {
+        let (sh, _) = current_shared().expect("called from an actor");
+        // SAFETY: the runtime outlives its running actor (the caller).
+        let reactor = unsafe { &*sh }.reactor()?;
+        let reg = match self.reg.get() {
+            Some(r) => r,
+            None => {
+                // One registration per socket: two actors sharing a handle must not both
+                // register (the loser's drop would deregister the fd).
+                let _init = self.reg_init.lock();
+                if self.reg.get().is_none() {
+                    let reg = reactor.register(self.sock.as_raw_fd())?;
+                    let _ = self.reg.set(reg);
+                    return Ok(None);
+                }
+                self.reg.get().expect("set under the lock")
+            }
+        };
+        if !std::sync::Arc::ptr_eq(reg.reactor(), reactor) {
+            return Err(io::Error::other("smarm: socket is registered with another runtime's reactor"));
+        }
+        Ok(Some(reg))
+    }
+
+    /// For `Future`s (feature `futures-io`): `op` once; on `WouldBlock` register `cx`'s
+    /// waker for `dir` and return Pending (or try again if readiness came meanwhile).
+    #[cfg(feature = "futures-io")]
+    pub(crate) fn poll_io<R>(
+        &self,
+        dir: Dir,
+        cx: &mut std::task::Context<'_>,
+        mut op: impl FnMut(&S) -> io::Result<R>,
+    ) -> std::task::Poll<io::Result<R>> {
+        use std::task::Poll;
+        loop {
+            let snap = self.reg.get().map(|r| r.snapshot());
+            match op(&self.sock) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return Poll::Ready(r),
+            }
+            if current_shared().is_none() {
+                return Poll::Ready(Err(io::Error::other(
+                    "smarm: an async smarm socket must be polled from an actor (use smarm::block_on in one)",
+                )));
+            }
+            let reg = match self.registration() {
+                Err(e) => return Poll::Ready(Err(e)),
+                Ok(None) => continue,
+                Ok(Some(reg)) => reg,
+            };
+            match snap {
+                Some(snap) => reg.clear(dir, snap),
+                None => continue,
+            }
+            if !reg.poll_ready(dir, cx.waker()) {
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+impl<S: AsRawFd> AsRawFd for Core<S> {
+    fn as_raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+/// Blocks the calling thread until `fd` is ready for `dir` or `deadline` passes.
+fn poll_fd(fd: RawFd, dir: Dir, deadline: Option<Instant>) -> io::Result<()> {
+    let events = match dir {
+        Dir::Read => libc::POLLIN,
+        Dir::Write => libc::POLLOUT,
+    };
+    let mut pfd = libc::pollfd { fd, events, revents: 0 };
+    loop {
+        let ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "smarm: socket operation timed out"));
+                }
+                // Rounded up: never wake before the deadline.
+                left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+            }
+        };
+        // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n > 0 {
+            return Ok(());
+        }
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Puts a std socket in non-blocking mode (what every smarm socket is underneath).
+fn nonblocking<S>(sock: S, set: impl FnOnce(&S, bool) -> io::Result<()>) -> io::Result<S> {
+    set(&sock, true)?;
+    Ok(sock)
+}
+
+/// Waits for a non-blocking `connect` on `core` to finish, within `limit`: writable, then
+/// `SO_ERROR` says how it ended. `state` returns `Some(error)` from `SO_ERROR`, and whether
+/// the socket has a peer (connected) otherwise.
+fn finish_connect<S: AsRawFd>(
+    core: &Core<S>,
+    limit: WaitLimit,
+    state: impl Fn(&S) -> io::Result<(Option<io::Error>, bool)>,
+) -> io::Result<()> {
+    core.io_within(Dir::Write, limit, |s| match state(s)? {
+        (Some(e), _) => Err(e),
+        (None, true) => Ok(()),
+        (None, false) => Err(io::ErrorKind::WouldBlock.into()),
+    })
+}
+
+/// `connect_timeout`'s argument check, as std's: a zero timeout is `InvalidInput`.
+fn check_timeout(timeout: Duration) -> io::Result<()> {
+    if timeout.is_zero() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));
+    }
+    Ok(())
+}
+
+/// Tries `f` on each address in turn; the first success, or the last error.
+fn each_addr<A: std::net::ToSocketAddrs, T>(
+    addr: A,
+    mut f: impl FnMut(std::net::SocketAddr) -> io::Result<T>,
+) -> io::Result<T> {
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        match f(a) {
+            Ok(v) => return Ok(v),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "could not resolve to any addresses")))
+}

@@ -1,0 +1,228 @@
+//! Unix-domain stream sockets: [`UnixListener`] and [`UnixStream`], shaped like
+//! `std::os::unix::net` and blocking as the rest of `net` (see its module doc).
+
+use std::fmt;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, RawFd};
+use std::os::unix::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use super::{finish_connect, nonblocking, Core};
+use crate::io::Dir;
+use crate::runtime::WaitLimit;
+
+/// A Unix-domain server socket.
+pub struct UnixListener {
+    core: Core<std::os::unix::net::UnixListener>,
+}
+
+impl UnixListener {
+    /// Binds to the socket file `path` (which must not exist).
+    pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixListener> {
+        let l = std::os::unix::net::UnixListener::bind(path)?;
+        Ok(UnixListener { core: Core::new(nonblocking(l, std::os::unix::net::UnixListener::set_nonblocking)?) })
+    }
+
+    /// Accepts a connection, parking the actor (or blocking the thread) until one arrives.
+    pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
+        let (s, addr) = self.core.io(Dir::Read, |l| l.accept())?;
+        Ok((UnixStream::from_std(s)?, addr))
+    }
+
+    /// An endless iterator of accepted connections.
+    pub fn incoming(&self) -> impl Iterator<Item = io::Result<UnixStream>> + '_ {
+        std::iter::repeat_with(move || self.accept().map(|(s, _)| s))
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.core.get().local_addr()
+    }
+
+    /// Wraps a std listener (switched to non-blocking mode).
+    pub fn from_std(listener: std::os::unix::net::UnixListener) -> io::Result<UnixListener> {
+        Ok(UnixListener { core: Core::new(nonblocking(listener, std::os::unix::net::UnixListener::set_nonblocking)?) })
+    }
+
+    /// The std listener, deregistered and back in blocking mode.
+    pub fn into_std(self) -> io::Result<std::os::unix::net::UnixListener> {
+        let l = self.core.into_inner();
+        l.set_nonblocking(false)?;
+        Ok(l)
+    }
+}
+
+impl fmt::Debug for UnixListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnixListener").field("fd", &self.as_raw_fd()).finish()
+    }
+}
+
+impl AsRawFd for UnixListener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.core.as_raw_fd()
+    }
+}
+
+/// A Unix-domain stream connection; `Read`/`Write` also for `&UnixStream`.
+pub struct UnixStream {
+    core: Core<std::os::unix::net::UnixStream>,
+}
+
+impl UnixStream {
+    /// Connects to the socket file `path`, parking the actor while the listener's backlog
+    /// is full.
+    pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
+        let s = mio::net::UnixStream::connect(path)?;
+        // SAFETY: the fd was just made by mio and is owned by nothing else.
+        let std = unsafe { std::os::unix::net::UnixStream::from_raw_fd(s.into_raw_fd()) };
+        let stream = UnixStream { core: Core::new(std) };
+        finish_connect(&stream.core, WaitLimit::Forever, |s| match s.take_error()? {
+            Some(e) => Ok((Some(e), false)),
+            None => match s.peer_addr() {
+                Ok(_) => Ok((None, true)),
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok((None, false)),
+                Err(e) => Err(e),
+            },
+        })?;
+        Ok(stream)
+    }
+
+    /// A connected pair.
+    pub fn pair() -> io::Result<(UnixStream, UnixStream)> {
+        let (a, b) = std::os::unix::net::UnixStream::pair()?;
+        Ok((UnixStream::from_std(a)?, UnixStream::from_std(b)?))
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.core.get().local_addr()
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.core.get().peer_addr()
+    }
+
+    /// Shuts down the read, write or both halves.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.core.get().shutdown(how)
+    }
+
+    /// Bounds each read (a read that runs out of time fails with `TimedOut`).
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.core.set_timeout(Dir::Read, timeout)
+    }
+
+    /// Bounds each write.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.core.set_timeout(Dir::Write, timeout)
+    }
+
+    /// Takes the socket's pending error (`SO_ERROR`).
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.core.get().take_error()
+    }
+
+    /// A second handle to the same connection, with this handle's timeouts.
+    pub fn try_clone(&self) -> io::Result<UnixStream> {
+        Ok(UnixStream { core: Core::new(self.core.get().try_clone()?).with_timeouts_of(&self.core) })
+    }
+
+    /// Wraps a std stream (switched to non-blocking mode).
+    pub fn from_std(stream: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
+        Ok(UnixStream { core: Core::new(nonblocking(stream, std::os::unix::net::UnixStream::set_nonblocking)?) })
+    }
+
+    /// The std stream, deregistered and back in blocking mode.
+    pub fn into_std(self) -> io::Result<std::os::unix::net::UnixStream> {
+        let s = self.core.into_inner();
+        s.set_nonblocking(false)?;
+        Ok(s)
+    }
+}
+
+impl Read for &UnixStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.core.io(Dir::Read, |mut s| s.read(buf))
+    }
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.core.io(Dir::Read, |mut s| s.read_vectored(bufs))
+    }
+}
+
+impl Write for &UnixStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.core.io(Dir::Write, |mut s| s.write(buf))
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.core.io(Dir::Write, |mut s| s.write_vectored(bufs))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Read for UnixStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+}
+
+impl Write for UnixStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl fmt::Debug for UnixStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnixStream").field("fd", &self.as_raw_fd()).finish()
+    }
+}
+
+impl AsRawFd for UnixStream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.core.as_raw_fd()
+    }
+}
+
+impl AsFd for UnixStream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the fd is open for as long as `self` is borrowed.
+        unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }
+    }
+}
+
+#[cfg(feature = "futures-io")]
+mod async_io {
+    use super::UnixStream;
+    use crate::io::Dir;
+    use std::io::{self, Read, Write};
+    use std::net::Shutdown;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    impl futures_io::AsyncRead for UnixStream {
+        fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+            self.core.poll_io(Dir::Read, cx, |mut s| s.read(buf))
+        }
+    }
+
+    impl futures_io::AsyncWrite for UnixStream {
+        fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            self.core.poll_io(Dir::Write, cx, |mut s| s.write(buf))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(self.shutdown(Shutdown::Write))
+        }
+    }
+}
