@@ -13,6 +13,11 @@
   python3 sweep.py compare OLD.json NEW.json [--scale K]
       The same comparison between two files, without running anything.
 
+  python3 sweep.py http [--quick] [--seconds S] [--idle N] ...
+      The load test of issue 12 (benches/http.py; `python3 sweep.py http --help`): smarm's
+      http_hello and echo servers against tokio + hyper, tokio and may_minihttp, driven by wrk
+      and benches/servers/echo_client.rs; writes outputs/http.md (outputs/http_idle.md with --idle).
+
 The noise band is derived from the repeats, per row: the relative spread (max - min) / median
 of the old row and of the new row, the larger of the two, times --scale (default 1). A row
 moved if new/old of the medians lies outside [1 / (1 + band), 1 + band]; slower beyond the
@@ -139,7 +144,18 @@ def split_extra(argv):
     return argv, []
 
 
+def run_http(argv):
+    """`sweep.py http ...`: hands its arguments to benches/http.py."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("http_load", os.path.join(ROOT, "benches", "http.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main(argv)
+
+
 def main():
+    if sys.argv[1:2] == ["http"]:
+        return run_http(sys.argv[2:])
     own, extra = split_extra(sys.argv[1:])
     p = argparse.ArgumentParser(description="Run and compare the general benchmark suite.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -154,6 +170,7 @@ def main():
     pc.add_argument("old")
     pc.add_argument("new")
     pc.add_argument("--scale", type=float, default=1.0, help="multiplies the noise band (default 1)")
+    sub.add_parser("http", help="the HTTP and echo load test (benches/http.py; `sweep.py http --help`)")
     args = p.parse_args(own)
 
     if args.cmd == "run":
