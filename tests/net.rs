@@ -161,6 +161,41 @@ fn half_close_reads_eof_and_still_writes() {
 }
 
 #[test]
+fn data_then_fin_in_one_edge_reads_the_data_then_eof() {
+    rt(1)
+        .run(|| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let mut c = TcpStream::connect(addr).unwrap();
+            let (s, _) = l.accept().unwrap();
+            // Park once first, so the socket is registered and its READ bit cleared.
+            let reader = smarm::spawn(move || {
+                let mut c2 = c.try_clone().unwrap();
+                let mut b = [0u8; 1];
+                c2.read_exact(&mut b).unwrap();
+                // Now the peer writes and closes while we are not reading.
+                c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                while !c.peek(&mut b).is_ok_and(|n| n == 1) {}
+                smarm::sleep(Duration::from_millis(20));
+                let mut big = [0u8; 4096];
+                let n = c.read(&mut big).unwrap(); // short: clears READ
+                assert_eq!(&big[..n], b"tail");
+                assert_eq!(c.read(&mut big).unwrap(), 0, "EOF");
+            });
+            (&s).write_all(b"x").unwrap();
+            // Wait for the reader to be parked again (on peek or read) before data + FIN.
+            let diag = smarm::__private::Diagnostics::current().unwrap();
+            while diag.io_waiters() == 0 {
+                smarm::yield_now();
+            }
+            (&s).write_all(b"tail").unwrap();
+            drop(s);
+            reader.join().unwrap();
+        })
+        .unwrap();
+}
+
+#[test]
 fn refused_reset_and_broken_pipe_are_errors_not_signals() {
     rt(1)
         .run(|| {

@@ -12,7 +12,7 @@
 //! event for a closed fd (still in a batch another thread is dispatching) can never wake
 //! whoever reuses that fd number, or that entry.
 //!
-//! # Readiness (the state word: `generation:32 | seq:30 | write:1 | read:1`)
+//! # Readiness (the state word: `generation:32 | seq:28 | write closed | read closed | write | read`)
 //!
 //! - An event sets the direction's bit and bumps `seq` (one CAS, only if the generation
 //!   matches), then takes the entry's waiter lock and wakes the waiters of that direction.
@@ -25,6 +25,8 @@
 //!   sees the waiter.
 //! - A new registration starts with both bits set (optimistic): the first operation is simply
 //!   tried.
+//! - The closed bits (peer hung up, error) are sticky: never cleared, so a reader that cleared
+//!   READ after draining the data before a FIN still sees the FIN's readiness.
 //!
 //! # Who polls (see `runtime::worker`)
 //!
@@ -65,8 +67,14 @@ pub(crate) const BUSY_POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 const READ: u64 = 1;
 const WRITE: u64 = 2;
-const BITS: u64 = READ | WRITE;
-const SEQ_ONE: u64 = 4;
+/// Sticky: the peer closed its side (or an error): reads return at once from now on, so no
+/// clearing of READ (a short read, an `EAGAIN`) can make a reader wait for an edge that
+/// will never come.
+const READ_CLOSED: u64 = 4;
+/// Sticky, as `READ_CLOSED`, for writes.
+const WRITE_CLOSED: u64 = 8;
+const BITS: u64 = READ | WRITE | READ_CLOSED | WRITE_CLOSED;
+const SEQ_ONE: u64 = 16;
 const SEQ_MASK: u64 = ((1u64 << 32) - 1) & !BITS;
 
 /// A direction of readiness.
@@ -77,10 +85,19 @@ pub(crate) enum Dir {
 }
 
 impl Dir {
+    /// The bit that operations clear.
     fn bit(self) -> u64 {
         match self {
             Dir::Read => READ,
             Dir::Write => WRITE,
+        }
+    }
+
+    /// The bits that mean "an operation would not block".
+    fn ready_mask(self) -> u64 {
+        match self {
+            Dir::Read => READ | READ_CLOSED,
+            Dir::Write => WRITE | WRITE_CLOSED,
         }
     }
 }
@@ -99,6 +116,10 @@ struct Waiters {
 }
 
 impl Waiters {
+    fn len(&self) -> usize {
+        self.read.len() + self.write.len()
+    }
+
     fn of(&mut self, dir: Dir) -> &mut Vec<IoWaiter> {
         match dir {
             Dir::Read => &mut self.read,
@@ -168,7 +189,7 @@ impl Entries {
         // Relaxed: the entry is ours alone until the socket is registered with epoll below us
         // (the caller), which is a syscall (a full barrier) made after this store.
         let gen = (entry.state.load(Ordering::Relaxed) >> 32) as u32;
-        entry.state.store(((gen as u64) << 32) | BITS, Ordering::Relaxed);
+        entry.state.store(((gen as u64) << 32) | READ | WRITE, Ordering::Relaxed);
         Ok((index, gen))
     }
 
@@ -196,9 +217,10 @@ pub(crate) struct Reactor {
     registry: Registry,
     waker: mio::Waker,
     entries: Entries,
-    /// Parked waits on readiness (actors and threads); the non-blocking polls of busy
-    /// threads are skipped while it is zero.
-    waiting: AtomicUsize,
+    /// Live registrations; the optional (non-blocking) polls are skipped while it is zero.
+    /// Counted per registration rather than per park: a counter touched by every park would
+    /// be a cache line bouncing between the threads on every request.
+    registered: AtomicUsize,
     /// Nanoseconds since `epoch` of the last poll (the busy-poll interval).
     last_poll: AtomicU64,
     epoch: Instant,
@@ -216,7 +238,7 @@ impl Reactor {
             registry,
             waker,
             entries: Entries::new(),
-            waiting: AtomicUsize::new(0),
+            registered: AtomicUsize::new(0),
             last_poll: AtomicU64::new(0),
             epoch: Instant::now(),
             polls_with_events: AtomicU64::new(0),
@@ -232,6 +254,8 @@ impl Reactor {
             self.entries.free(index, gen);
             return Err(e);
         }
+        // Relaxed: a hint (see `has_waiters`).
+        self.registered.fetch_add(1, Ordering::Relaxed);
         Ok(Registration { reactor: self.clone(), fd, index, gen })
     }
 
@@ -242,17 +266,18 @@ impl Reactor {
         let _ = self.waker.wake();
     }
 
-    /// True if some actor or thread is parked waiting for readiness.
+    /// True if some socket is registered, so an actor may be waiting for readiness (Go's
+    /// `netpollAnyWaiters`, approximated per registration).
     #[inline]
     pub(crate) fn has_waiters(&self) -> bool {
         // Relaxed: a hint that gates optional polls; the blocking poll does not look at it.
-        self.waiting.load(Ordering::Relaxed) != 0
+        self.registered.load(Ordering::Relaxed) != 0
     }
 
-    /// Parked waits on readiness now (diagnostics and tests).
+    /// Parked waits on readiness now, counted entry by entry (diagnostics and tests).
     pub(crate) fn waiters(&self) -> usize {
-        // Relaxed: a snapshot.
-        self.waiting.load(Ordering::Relaxed)
+        let used = self.entries.free.lock().1;
+        (0..used).filter_map(|i| self.entries.get(i)).map(|e| e.waiters.lock().len()).sum()
     }
 
     /// True if no poll has happened for [`BUSY_POLL_INTERVAL`] while something waits.
@@ -308,11 +333,20 @@ impl Reactor {
             }
             any = true;
             let mut bits = 0;
-            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+            if ev.is_readable() {
                 bits |= READ;
             }
-            if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+            if ev.is_writable() {
                 bits |= WRITE;
+            }
+            if ev.is_read_closed() {
+                bits |= READ | READ_CLOSED;
+            }
+            if ev.is_write_closed() {
+                bits |= WRITE | WRITE_CLOSED;
+            }
+            if ev.is_error() {
+                bits |= BITS;
             }
             woken += self.ready(token.0, bits);
         }
@@ -339,7 +373,7 @@ impl Reactor {
         let mut w = entry.waiters.lock();
         let mut n = 0;
         for dir in [Dir::Read, Dir::Write] {
-            if bits & dir.bit() != 0 {
+            if bits & dir.ready_mask() != 0 {
                 for waiter in w.of(dir).drain(..) {
                     n += 1;
                     match waiter {
@@ -378,9 +412,10 @@ pub(crate) struct Registration {
 pub(crate) struct Snapshot(u64);
 
 impl Snapshot {
-    #[cfg(test)]
+    /// True unless `dir` is known not ready.
+    #[inline]
     pub(crate) fn ready(self, dir: Dir) -> bool {
-        self.0 & dir.bit() != 0
+        self.0 & dir.ready_mask() != 0
     }
 }
 
@@ -421,37 +456,33 @@ impl Registration {
             {
                 let mut w = entry.waiters.lock();
                 // Acquire: as in `snapshot`. Read under the lock (see the module doc).
-                if entry.state.load(Ordering::Acquire) & dir.bit() != 0 {
+                if entry.state.load(Ordering::Acquire) & dir.ready_mask() != 0 {
                     return Ok(());
                 }
                 w.of(dir).push(IoWaiter::Park(me.clone()));
             }
-            // Relaxed: `waiting` is a hint (see `has_waiters`).
-            self.reactor.waiting.fetch_add(1, Ordering::Relaxed);
             /// Removes the waiter when the park ends, also when the actor is stopped while
             /// parked (it unwinds from the park): nothing is left to wake a gone actor.
             struct Withdraw<'a> {
                 entry: &'a Entry,
-                reactor: &'a Reactor,
                 dir: Dir,
                 me: &'a Waiter,
             }
             impl Drop for Withdraw<'_> {
                 fn drop(&mut self) {
-                    self.entry
-                        .waiters
-                        .lock()
-                        .of(self.dir)
-                        .retain(|w| !matches!(w, IoWaiter::Park(p) if p.same_as(self.me)));
-                    // Relaxed: as above.
-                    self.reactor.waiting.fetch_sub(1, Ordering::Relaxed);
+                    let mut w = self.entry.waiters.lock();
+                    let list = w.of(self.dir);
+                    // Usually already taken by the event that woke us.
+                    if !list.is_empty() {
+                        list.retain(|w| !matches!(w, IoWaiter::Park(p) if p.same_as(self.me)));
+                    }
                 }
             }
-            let withdraw = Withdraw { entry, reactor: &self.reactor, dir, me: &me };
+            let withdraw = Withdraw { entry, dir, me: &me };
             let timed_out = limit.park();
             drop(withdraw);
             // Acquire: as in `snapshot`.
-            if entry.state.load(Ordering::Acquire) & dir.bit() != 0 {
+            if entry.state.load(Ordering::Acquire) & dir.ready_mask() != 0 {
                 return Ok(());
             }
             if timed_out {
@@ -467,7 +498,7 @@ impl Registration {
         let entry = self.entry();
         let mut w = entry.waiters.lock();
         // Acquire: as in `snapshot`.
-        if entry.state.load(Ordering::Acquire) & dir.bit() != 0 {
+        if entry.state.load(Ordering::Acquire) & dir.ready_mask() != 0 {
             return true;
         }
         let list = w.of(dir);
@@ -484,6 +515,8 @@ impl Drop for Registration {
         // otherwise keep the registration alive in epoll after this fd number is reused.
         let _ = self.reactor.registry.deregister(&mut SourceFd(&self.fd));
         self.reactor.entries.free(self.index, self.gen);
+        // Relaxed: a hint (see `has_waiters`).
+        self.reactor.registered.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -556,5 +589,22 @@ mod tests {
         reg.clear(Dir::Read, snap);
         assert!(!reg.snapshot().ready(Dir::Read));
         assert!(reg.snapshot().ready(Dir::Write), "clearing one direction left the other");
+    }
+
+    #[test]
+    fn closed_readiness_survives_clearing() {
+        let r = Arc::new(Reactor::new().unwrap());
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        use std::os::fd::AsRawFd;
+        let reg = r.register(a.as_raw_fd()).unwrap();
+        let token = ((reg.gen as usize) << 32) | reg.index as usize;
+        let snap = reg.snapshot();
+        reg.clear(Dir::Read, snap);
+        // Data and the peer's FIN in one edge; then a short read clears READ.
+        r.ready(token, READ | READ_CLOSED);
+        let snap = reg.snapshot();
+        reg.clear(Dir::Read, snap);
+        assert!(reg.snapshot().ready(Dir::Read), "a reader would wait for an edge that never comes");
+        assert!(!reg.snapshot().ready(Dir::Write) || reg.snapshot().0 & WRITE != 0);
     }
 }

@@ -126,25 +126,46 @@ impl<S: AsRawFd> Core<S> {
     /// Runs `op` until it does not return `WouldBlock`, waiting for `dir` readiness in
     /// between, within the handle's timeout for `dir`.
     pub(crate) fn io<R>(&self, dir: Dir, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
-        self.io_within(dir, WaitLimit::from_timeout(self.timeout(dir)), op)
+        self.io_within(dir, WaitLimit::from_timeout(self.timeout(dir)), op, |_| false)
     }
 
-    /// [`Core::io`] with an explicit limit.
+    /// [`Core::io`] for a byte-stream read or write of `want` bytes. A transfer shorter than
+    /// asked means the socket's buffer was drained (read) or filled (write), so the next one
+    /// would block: the readiness bit is cleared now (against the snapshot taken before the
+    /// call, so an edge that arrived meanwhile keeps it), and that next call parks at once
+    /// instead of paying a system call for `EAGAIN` (tokio does the same).
+    pub(crate) fn io_bytes(&self, dir: Dir, want: usize, op: impl FnMut(&S) -> io::Result<usize>) -> io::Result<usize> {
+        self.io_within(dir, WaitLimit::from_timeout(self.timeout(dir)), op, |&n| n > 0 && n < want)
+    }
+
+    /// [`Core::io`] with an explicit limit; `exhausted(result)` says whether a successful
+    /// result shows the socket is no longer ready for `dir` (see [`Core::io_bytes`]).
     pub(crate) fn io_within<R>(
         &self,
         dir: Dir,
         mut limit: WaitLimit,
         mut op: impl FnMut(&S) -> io::Result<R>,
+        exhausted: impl Fn(&R) -> bool,
     ) -> io::Result<R> {
         let mut thread_deadline: Option<Option<Instant>> = None;
         loop {
             let snap = self.reg.get().map(|r| r.snapshot());
-            match op(&self.sock) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => {
-                    crate::preempt::maybe_preempt();
-                    return r;
+            // Known not ready (an actor's registration): park without the system call. A
+            // plain thread ignores the bits (only the reactor's events maintain them).
+            let known_blocked = matches!(snap, Some(s) if !s.ready(dir)) && current_shared().is_some();
+            if !known_blocked {
+                match op(&self.sock) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    r => {
+                        if let (Ok(v), Some(snap), Some(reg)) = (&r, snap, self.reg.get()) {
+                            if exhausted(v) {
+                                reg.clear(dir, snap);
+                            }
+                        }
+                        crate::preempt::maybe_preempt();
+                        return r;
+                    }
                 }
             }
             if current_shared().is_none() {
@@ -281,11 +302,16 @@ fn finish_connect<S: AsRawFd>(
     limit: WaitLimit,
     state: impl Fn(&S) -> io::Result<(Option<io::Error>, bool)>,
 ) -> io::Result<()> {
-    core.io_within(Dir::Write, limit, |s| match state(s)? {
-        (Some(e), _) => Err(e),
-        (None, true) => Ok(()),
-        (None, false) => Err(io::ErrorKind::WouldBlock.into()),
-    })
+    core.io_within(
+        Dir::Write,
+        limit,
+        |s| match state(s)? {
+            (Some(e), _) => Err(e),
+            (None, true) => Ok(()),
+            (None, false) => Err(io::ErrorKind::WouldBlock.into()),
+        },
+        |_| false,
+    )
 }
 
 /// `connect_timeout`'s argument check, as std's: a zero timeout is `InvalidInput`.

@@ -230,19 +230,19 @@ impl TcpStream {
 
 impl Read for &TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.core.io(Dir::Read, |mut s| s.read(buf))
+        self.core.io_bytes(Dir::Read, buf.len(), |mut s| s.read(buf))
     }
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.core.io(Dir::Read, |mut s| s.read_vectored(bufs))
+        self.core.io_bytes(Dir::Read, bufs.iter().map(|b| b.len()).sum(), |mut s| s.read_vectored(bufs))
     }
 }
 
 impl Write for &TcpStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.core.io(Dir::Write, |mut s| s.write(buf))
+        self.core.io_bytes(Dir::Write, buf.len(), |mut s| s.write(buf))
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.core.io(Dir::Write, |mut s| s.write_vectored(bufs))
+        self.core.io_bytes(Dir::Write, bufs.iter().map(|b| b.len()).sum(), |mut s| s.write_vectored(bufs))
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
