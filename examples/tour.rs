@@ -1,7 +1,10 @@
 //! A short tour of smarm: actors spread over every scheduler thread, migrate between them
 //! at blocking calls, a panicking actor is reported without disturbing the others, a
-//! monitor observes a crash, and a mailbox actor answers. For supervision (a crashing,
-//! restarted, registered gen_server) see `cargo run --release --example supervision`.
+//! monitor observes a crash, a mailbox actor answers, and actors talk TCP with plain
+//! blocking reads and writes. For supervision (a crashing, restarted, registered
+//! gen_server) see `cargo run --release --example supervision`; for servers, `--example
+//! echo` (an acceptor under a supervisor, one actor per connection) and `--example
+//! http_hello` (HTTP/1.1 with keep-alive and pipelining, Ctrl-C to stop).
 //!
 //! Run: `cargo run --release --example tour`
 
@@ -80,7 +83,28 @@ fn main() {
             echo.send("hello mailbox".to_string());
             println!("actor {} replied {:?}", echo.pid(), reply_rx.recv().unwrap());
 
-            // 5. Actors still running when the root returns are shut down.
+            // 5. Network I/O parks the actor, not the thread: an echo server actor, one actor
+            //    per connection, and a client actor, all plain blocking code.
+            //    (Full servers: `--example echo`, `--example http_hello`.)
+            let listener = smarm::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            smarm::spawn(move || {
+                use std::io::{Read, Write};
+                let (mut conn, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 64];
+                let n = conn.read(&mut buf).unwrap();
+                conn.write_all(&buf[..n]).unwrap();
+            });
+            {
+                use std::io::{Read, Write};
+                let mut c = smarm::net::TcpStream::connect(addr).unwrap();
+                c.write_all(b"ping over tcp").unwrap();
+                let mut back = [0u8; 13];
+                c.read_exact(&mut back).unwrap();
+                println!("tcp echo from an actor at {addr}: {:?}", String::from_utf8_lossy(&back));
+            }
+
+            // 6. Actors still running when the root returns are shut down.
             let _orphan = smarm::spawn(|| loop {
                 smarm::sleep(Duration::from_millis(5));
             });
