@@ -35,6 +35,118 @@
 //! data would never yield; each operation counts toward the actor's timeslice
 //! ([`crate::maybe_preempt`]), as every runtime call does.
 
+/// `AsRawFd` and `AsFd` for a socket type with a `core` field.
+macro_rules! fd_impls {
+    ($t:ty) => {
+        impl std::os::fd::AsRawFd for $t {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                self.core.as_raw_fd()
+            }
+        }
+
+        impl std::os::fd::AsFd for $t {
+            fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                // SAFETY: the fd is open for as long as `self` is borrowed.
+                unsafe { std::os::fd::BorrowedFd::borrow_raw(self.core.as_raw_fd()) }
+            }
+        }
+    };
+}
+
+/// What a byte stream with a `core` field implements: `Read`/`Write` for `&T` and `T`, the
+/// fd traits, and (feature `futures-io`) `AsyncRead`/`AsyncWrite` on the runtime's reactor
+/// (polled from an actor, for example inside [`crate::block_on`]; no other runtime needed).
+macro_rules! stream_impls {
+    ($t:ty) => {
+        impl std::io::Read for &$t {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.core.io_bytes($crate::io::Dir::Read, buf.len(), |mut s| std::io::Read::read(&mut s, buf))
+            }
+            fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
+                let want = bufs.iter().map(|b| b.len()).sum();
+                self.core.io_bytes($crate::io::Dir::Read, want, |mut s| std::io::Read::read_vectored(&mut s, bufs))
+            }
+        }
+
+        impl std::io::Write for &$t {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.core.io_bytes($crate::io::Dir::Write, buf.len(), |mut s| std::io::Write::write(&mut s, buf))
+            }
+            fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+                let want = bufs.iter().map(|b| b.len()).sum();
+                self.core.io_bytes($crate::io::Dir::Write, want, |mut s| std::io::Write::write_vectored(&mut s, bufs))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        impl std::io::Read for $t {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                std::io::Read::read(&mut &*self, buf)
+            }
+            fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
+                std::io::Read::read_vectored(&mut &*self, bufs)
+            }
+        }
+
+        impl std::io::Write for $t {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                std::io::Write::write(&mut &*self, buf)
+            }
+            fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+                std::io::Write::write_vectored(&mut &*self, bufs)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        fd_impls!($t);
+
+        #[cfg(feature = "futures-io")]
+        impl futures_io::AsyncRead for $t {
+            fn poll_read(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &mut [u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                self.core.poll_io($crate::io::Dir::Read, cx, |mut s| std::io::Read::read(&mut s, buf))
+            }
+        }
+
+        #[cfg(feature = "futures-io")]
+        impl futures_io::AsyncWrite for $t {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                self.core.poll_io($crate::io::Dir::Write, cx, |mut s| std::io::Write::write(&mut s, buf))
+            }
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                self.core.poll_io($crate::io::Dir::Write, cx, |mut s| std::io::Write::write_vectored(&mut s, bufs))
+            }
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                _cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::task::Poll::Ready(Ok(()))
+            }
+            fn poll_close(
+                self: std::pin::Pin<&mut Self>,
+                _cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::task::Poll::Ready(self.shutdown(std::net::Shutdown::Write))
+            }
+        }
+    };
+}
+
 mod tcp;
 mod udp;
 pub mod unix;

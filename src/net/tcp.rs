@@ -1,9 +1,9 @@
 //! TCP: [`TcpListener`] and [`TcpStream`] (see the module doc of `net` for how they block).
 
 use std::fmt;
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::time::Duration;
 
 use super::{check_timeout, each_addr, finish_connect, nonblocking, Core};
@@ -86,18 +86,7 @@ impl fmt::Debug for TcpListener {
     }
 }
 
-impl AsRawFd for TcpListener {
-    fn as_raw_fd(&self) -> RawFd {
-        self.core.as_raw_fd()
-    }
-}
-
-impl AsFd for TcpListener {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the fd is open for as long as `self` is borrowed.
-        unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }
-    }
-}
+fd_impls!(TcpListener);
 
 /// Iterator of [`TcpListener::accept`] results; never ends.
 #[derive(Debug)]
@@ -228,48 +217,6 @@ impl TcpStream {
     }
 }
 
-impl Read for &TcpStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.core.io_bytes(Dir::Read, buf.len(), |mut s| s.read(buf))
-    }
-    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.core.io_bytes(Dir::Read, bufs.iter().map(|b| b.len()).sum(), |mut s| s.read_vectored(bufs))
-    }
-}
-
-impl Write for &TcpStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.core.io_bytes(Dir::Write, buf.len(), |mut s| s.write(buf))
-    }
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.core.io_bytes(Dir::Write, bufs.iter().map(|b| b.len()).sum(), |mut s| s.write_vectored(bufs))
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Read for TcpStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        (&*self).read(buf)
-    }
-    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        (&*self).read_vectored(bufs)
-    }
-}
-
-impl Write for TcpStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        (&*self).write(buf)
-    }
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        (&*self).write_vectored(bufs)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 impl fmt::Debug for TcpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TcpStream")
@@ -280,52 +227,4 @@ impl fmt::Debug for TcpStream {
     }
 }
 
-impl AsRawFd for TcpStream {
-    fn as_raw_fd(&self) -> RawFd {
-        self.core.as_raw_fd()
-    }
-}
-
-impl AsFd for TcpStream {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the fd is open for as long as `self` is borrowed.
-        unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }
-    }
-}
-
-#[cfg(feature = "futures-io")]
-mod async_io {
-    use super::TcpStream;
-    use crate::io::Dir;
-    use std::io::{self, Read, Write};
-    use std::net::Shutdown;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-
-    /// Polled from an actor (for example inside [`crate::block_on`]); readiness comes from
-    /// the runtime's reactor, so no other runtime is needed.
-    impl futures_io::AsyncRead for TcpStream {
-        fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-            self.core.poll_io(Dir::Read, cx, |mut s| s.read(buf))
-        }
-    }
-
-    impl futures_io::AsyncWrite for TcpStream {
-        fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-            self.core.poll_io(Dir::Write, cx, |mut s| s.write(buf))
-        }
-        fn poll_write_vectored(
-            self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            bufs: &[io::IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
-            self.core.poll_io(Dir::Write, cx, |mut s| s.write_vectored(bufs))
-        }
-        fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-        fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(self.shutdown(Shutdown::Write))
-        }
-    }
-}
+stream_impls!(TcpStream);

@@ -2,9 +2,9 @@
 //! `std::os::unix::net` and blocking as the rest of `net` (see its module doc).
 
 use std::fmt;
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io;
 use std::net::Shutdown;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::os::unix::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -60,11 +60,7 @@ impl fmt::Debug for UnixListener {
     }
 }
 
-impl AsRawFd for UnixListener {
-    fn as_raw_fd(&self) -> RawFd {
-        self.core.as_raw_fd()
-    }
-}
+fd_impls!(UnixListener);
 
 /// A Unix-domain stream connection; `Read`/`Write` also for `&UnixStream`.
 pub struct UnixStream {
@@ -144,85 +140,10 @@ impl UnixStream {
     }
 }
 
-impl Read for &UnixStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.core.io_bytes(Dir::Read, buf.len(), |mut s| s.read(buf))
-    }
-    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.core.io_bytes(Dir::Read, bufs.iter().map(|b| b.len()).sum(), |mut s| s.read_vectored(bufs))
-    }
-}
-
-impl Write for &UnixStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.core.io_bytes(Dir::Write, buf.len(), |mut s| s.write(buf))
-    }
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.core.io_bytes(Dir::Write, bufs.iter().map(|b| b.len()).sum(), |mut s| s.write_vectored(bufs))
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Read for UnixStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        (&*self).read(buf)
-    }
-}
-
-impl Write for UnixStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        (&*self).write(buf)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 impl fmt::Debug for UnixStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UnixStream").field("fd", &self.as_raw_fd()).finish()
     }
 }
 
-impl AsRawFd for UnixStream {
-    fn as_raw_fd(&self) -> RawFd {
-        self.core.as_raw_fd()
-    }
-}
-
-impl AsFd for UnixStream {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the fd is open for as long as `self` is borrowed.
-        unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }
-    }
-}
-
-#[cfg(feature = "futures-io")]
-mod async_io {
-    use super::UnixStream;
-    use crate::io::Dir;
-    use std::io::{self, Read, Write};
-    use std::net::Shutdown;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-
-    impl futures_io::AsyncRead for UnixStream {
-        fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-            self.core.poll_io(Dir::Read, cx, |mut s| s.read(buf))
-        }
-    }
-
-    impl futures_io::AsyncWrite for UnixStream {
-        fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-            self.core.poll_io(Dir::Write, cx, |mut s| s.write(buf))
-        }
-        fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-        fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(self.shutdown(Shutdown::Write))
-        }
-    }
-}
+stream_impls!(UnixStream);
