@@ -78,17 +78,22 @@ def cargo(args, cwd, lock):
     return subprocess.call(cmd, cwd=cwd)
 
 
-def raise_fd_limit(want):
+def raise_fd_limit(need, want=None):
+    """Raises RLIMIT_NOFILE (inherited by the servers and clients) to `want`, or as far as the
+    hard limit allows when it cannot be raised; exits when that is below `need`."""
+    want = max(need, want or need)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft >= want:
         return
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, max(hard, want)))
     except (ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, want)), hard))
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        sys.exit("http: need %d file descriptors per process, RLIMIT_NOFILE allows only %d" % (need, soft))
     if soft < want:
-        sys.exit("http: need %d file descriptors, RLIMIT_NOFILE allows only %d" % (want, soft))
+        say("RLIMIT_NOFILE raised to %d (the hard limit), not %d" % (soft, want))
 
 
 def ensure_wrk():
@@ -413,14 +418,14 @@ def sweep(args):
     benches = [b.strip() for b in args.bench.split(",") if b.strip()]
     threads = [int(x) for x in args.threads.split(",")]
     conns = [int(x) for x in args.connections.split(",")]
-    raise_fd_limit(max(conns) * 2 + 1024)
+    raise_fd_limit(max(conns) + 1024)
     if "http" in benches:
         ensure_wrk()
     may_bin, may_note = build(args, "http" in benches and not args.no_may)
     notes = []
     if may_note:
         notes.append(may_note)
-    elif "http" in benches:
+    elif "http" in benches and not args.servers:
         notes.append("may_minihttp left out (--no-may)")
     say("%g s measured after %g s warm-up per run; servers on CPU 0 (1 thread) or 0,1 (2 threads), "
         "clients on CPU 1" % (args.seconds, args.warmup))
@@ -428,10 +433,11 @@ def sweep(args):
     for bench in benches:
         if bench == "http":
             servers = [(label, example_bin(ex) if ex else may_bin, prefix) for label, ex, prefix in HTTP_SERVERS]
-            servers = [s for s in servers if s[1]]
+            servers = [s for s in servers if s[1] and (not args.servers or s[0] in args.servers)]
             client = run_wrk
         elif bench == "echo":
-            servers = [(label, example_bin(ex), prefix) for label, ex, prefix in ECHO_SERVERS]
+            servers = [(label, example_bin(ex), prefix) for label, ex, prefix in ECHO_SERVERS
+                       if not args.servers or label in args.servers]
             client = run_echo_client
         else:
             sys.exit("http: unknown bench %r (http, echo)" % bench)
@@ -479,7 +485,10 @@ def open_idle(port, n, batch=500):
     for start in range(0, n, batch):
         pending = {}
         for _ in range(min(batch, n - start)):
-            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            except OSError as e:
+                raise RuntimeError("connection %d of %d: connect: %s" % (len(socks) + 1, n, e)) from e
             s.setblocking(False)
             s.sendall(REQUEST)
             pending[s] = b""
@@ -488,7 +497,8 @@ def open_idle(port, n, batch=500):
         deadline = time.time() + 30
         while pending:
             if time.time() > deadline:
-                raise RuntimeError("%d of a batch got no complete response within 30 s" % len(pending))
+                raise RuntimeError("%d of the batch of connections %d..%d got no complete response within 30 s"
+                                   % (len(pending), start + 1, len(socks)))
             for key, _ in sel.select(timeout=1):
                 s = key.fileobj
                 data = s.recv(4096)
@@ -544,7 +554,8 @@ def check_alive(socks):
 
 def idle(args):
     n = args.idle
-    raise_fd_limit(max(30000, 2 * n + 1024))
+    # This script holds one end of each connection, the server the other: n each, plus slack.
+    raise_fd_limit(n + 1024, 30000)
     may_bin, may_note = build(args, not args.no_may)
     servers = [(label, example_bin(ex) if ex else may_bin, prefix) for label, ex, prefix in HTTP_SERVERS]
     lines = header_lines("Idle keep-alive connections (issue 12)")
@@ -555,7 +566,7 @@ def idle(args):
     notes = [may_note] if may_note else []
     failed = False
     for label, binary, prefix in servers:
-        if not binary:
+        if not binary or (args.servers and label not in args.servers):
             continue
         try:
             srv = Server(label, binary, prefix, 2, "0-1", needs_port=(label == "may_minihttp"))
@@ -612,6 +623,7 @@ def parser():
     p.add_argument("--threads", default="1,2", help="server thread counts (default 1,2)")
     p.add_argument("--connections", default="100,1000", help="connection counts (default 100,1000)")
     p.add_argument("--bench", default="http,echo", help="http, echo or both (default http,echo)")
+    p.add_argument("--servers", help="only these servers, e.g. smarm,tokio_hyper (default: all)")
     p.add_argument("--no-may", action="store_true", help="leave may_minihttp out")
     p.add_argument("--no-build", action="store_true", help="use the binaries already built")
     p.add_argument("--cargo-lock", metavar="FILE", help="run cargo under `flock FILE`")
@@ -629,6 +641,14 @@ def main(argv):
     for tool in ("taskset", "cargo"):
         if not shutil.which(tool):
             sys.exit("http: %s is needed" % tool)
+    if args.servers:
+        args.servers = {x.strip() for x in args.servers.split(",") if x.strip()}
+        known = {s[0] for s in HTTP_SERVERS + ECHO_SERVERS}
+        if args.servers - known:
+            sys.exit("http: unknown server(s) %s (known: %s)" % (", ".join(sorted(args.servers - known)),
+                                                                 ", ".join(sorted(known))))
+        if "may_minihttp" not in args.servers:
+            args.no_may = True
     if args.idle:
         return idle(args)
     return sweep(args)
