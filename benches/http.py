@@ -248,6 +248,13 @@ class Server:
                     raise RuntimeError("%s: port %d does not accept connections" % (label, self.port))
                 time.sleep(0.05)
 
+    def cpu_seconds(self):
+        """User + system CPU time the server has used so far (all its threads)."""
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
     def stderr_tail(self):
         self.stderr.seek(0)
         return self.stderr.read().decode(errors="replace").strip()[-600:]
@@ -367,9 +374,9 @@ def fmt_ratio(a, b):
 def table(title, unit, rows, servers):
     """rows: {(threads, conns, label): result}. One line per result, with smarm/this ratios."""
     lines = ["### " + title, "",
-             "| server threads | connections | server | %s | p50 | p99 | errors | smarm/this %s | smarm/this p99 |"
-             % (unit, unit),
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| server threads | connections | server | %s | p50 | p99 | errors | server CPU us/op | smarm/this %s "
+             "| smarm/this p99 | smarm/this CPU/op |" % (unit, unit),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     keys = sorted({(t, c) for t, c, _ in rows})
     for t, c in keys:
         s = rows.get((t, c, "smarm"))
@@ -377,9 +384,12 @@ def table(title, unit, rows, servers):
             r = rows.get((t, c, label))
             if r is None:
                 continue
-            lines.append("| %d | %d | %s | %s | %s | %s | %d | %s | %s |" % (
+            cpu = r.get("cpu_us")
+            lines.append("| %d | %d | %s | %s | %s | %s | %d | %s | %s | %s | %s |" % (
                 t, c, label, fmt_rate(r["rate"]), fmt_lat(r["p50"]), fmt_lat(r["p99"]), r["errors"],
-                fmt_ratio(s and s["rate"], r["rate"]), fmt_ratio(s and s["p99"], r["p99"])))
+                "-" if cpu is None else "%.2f" % cpu,
+                fmt_ratio(s and s["rate"], r["rate"]), fmt_ratio(s and s["p99"], r["p99"]),
+                fmt_ratio(s and s.get("cpu_us"), cpu)))
     return lines
 
 
@@ -479,7 +489,16 @@ def sweep(args):
                         notes.append(str(e))
                         say(str(e))
                         continue
-                    res = client(srv.port, c, args.seconds, args.warmup)
+                    # Warm-up, then the measured run with the server's CPU time read around it:
+                    # CPU per operation compares the servers even when the client's one CPU is
+                    # what limits the rate.
+                    if args.warmup > 0:
+                        client(srv.port, c, args.warmup, 0)
+                    cpu0 = srv.cpu_seconds()
+                    res = client(srv.port, c, args.seconds, 0)
+                    cpu1 = srv.cpu_seconds()
+                    if res.get("rate"):
+                        res["cpu_us"] = (cpu1 - cpu0) * 1e6 / (res["rate"] * args.seconds)
                     problem = srv.stop()
                     for p in (res.get("problem"), problem):
                         if p:
@@ -502,7 +521,10 @@ def sweep(args):
                        % (ECHO_SIZE, args.seconds, args.warmup), "messages/s", results["echo"],
                        [s[0] for s in ECHO_SERVERS]) + [""]
     lines += ["Servers: 1 thread pinned to CPU 0, 2 threads to CPUs 0-1 (sharing CPU 1 with the client). "
-              "smarm/this: above 1 means smarm served more (requests/s) or had the longer p99."]
+              "smarm/this: above 1 means smarm served more (requests/s) or had the longer p99 or used more "
+              "server CPU per operation. Server CPU us/op: the server's user + system time (/proc/PID/stat) "
+              "over the measured run divided by the operations served: the cost per request whatever limits "
+              "the rate (with one client CPU, wrk or echo_client saturates first when a server is fast)."]
     lines += [""] + ["- " + " | ".join(n.splitlines()) for n in notes]
     write(args.out or os.path.join(OUT_DIR, "http.md"), lines)
     return 1 if any("problem" in r for b in results.values() for r in b.values()) else 0

@@ -156,29 +156,34 @@ impl Connection {
             return Parsed::Partial;
         }
         match (req.method, req.path) {
-            (Some("GET"), Some("/plaintext")) => self.respond(b"text/plain", b"Hello, World!", close),
+            (Some("GET"), Some("/plaintext")) => {
+                self.head(b"text/plain", b"Hello, World!".len(), close);
+                self.out.extend_from_slice(b"Hello, World!");
+            }
             (Some("GET"), Some("/json")) => {
-                let body = json_message("Hello, World!");
-                self.respond(b"application/json", body.as_bytes(), close)
+                // Serialised per request (TechEmpower's rule), straight into the output.
+                let message = "Hello, World!";
+                self.head(b"application/json", json_message_len(message), close);
+                write_json_message(&mut self.out, message);
             }
             _ => self.respond_status(b"404 Not Found", close),
         }
         Parsed::Request { len: head_len + body_len, close }
     }
 
-    fn respond(&mut self, content_type: &[u8], body: &[u8], close: bool) {
+    /// A 200 response's head, for a body of `len` bytes that the caller appends.
+    fn head(&mut self, content_type: &[u8], len: usize, close: bool) {
         let o = &mut self.out;
         o.extend_from_slice(b"HTTP/1.1 200 OK\r\nServer: smarm\r\nContent-Type: ");
         o.extend_from_slice(content_type);
         o.extend_from_slice(b"\r\nContent-Length: ");
-        o.extend_from_slice(body.len().to_string().as_bytes());
+        push_decimal(o, len);
         o.extend_from_slice(b"\r\nDate: ");
         o.extend_from_slice(self.date.bytes());
         if close {
             o.extend_from_slice(b"\r\nConnection: close");
         }
         o.extend_from_slice(b"\r\n\r\n");
-        o.extend_from_slice(body);
     }
 
     fn respond_status(&mut self, status: &[u8], close: bool) {
@@ -199,20 +204,47 @@ const RESPONSE_400: &[u8] =
 const RESPONSE_431: &[u8] =
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nServer: smarm\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
-/// `{"message":"<text>"}`, serialised per request (TechEmpower's rule), with JSON escaping.
-fn json_message(text: &str) -> String {
-    let mut s = String::with_capacity(text.len() + 16);
-    s.push_str("{\"message\":\"");
-    for c in text.chars() {
-        match c {
-            '"' => s.push_str("\\\""),
-            '\\' => s.push_str("\\\\"),
-            c if (c as u32) < 0x20 => s.push_str(&format!("\\u{:04x}", c as u32)),
-            c => s.push(c),
+/// Appends `n` in decimal (no allocation).
+fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
         }
     }
-    s.push_str("\"}");
-    s
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// The JSON escape of one character, if it needs one.
+fn json_escape(c: char) -> Option<String> {
+    match c {
+        '"' => Some("\\\"".into()),
+        '\\' => Some("\\\\".into()),
+        c if (c as u32) < 0x20 => Some(format!("\\u{:04x}", c as u32)),
+        _ => None,
+    }
+}
+
+/// The length of `{"message":"<text>"}` with `text` escaped.
+fn json_message_len(text: &str) -> usize {
+    let escaped: usize = text.chars().map(|c| json_escape(c).map_or(c.len_utf8(), |e| e.len())).sum();
+    r#"{"message":""}"#.len() + escaped
+}
+
+/// Appends `{"message":"<text>"}` with JSON escaping.
+fn write_json_message(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(br#"{"message":""#);
+    for c in text.chars() {
+        match json_escape(c) {
+            Some(e) => out.extend_from_slice(e.as_bytes()),
+            None => out.extend_from_slice(c.encode_utf8(&mut [0u8; 4]).as_bytes()),
+        }
+    }
+    out.extend_from_slice(br#""}"#);
 }
 
 /// The `Date` header value (IMF-fixdate), formatted once per second per connection.
@@ -269,6 +301,19 @@ fn imf_fixdate(secs: u64) -> [u8; 29] {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn json_and_decimals_are_written_as_expected() {
+        let mut out = Vec::new();
+        super::write_json_message(&mut out, "Hello, \"World\"!\n");
+        assert_eq!(out, br#"{"message":"Hello, \"World\"!\u000a"}"#);
+        assert_eq!(super::json_message_len("Hello, \"World\"!\n"), out.len());
+        let mut d = Vec::new();
+        super::push_decimal(&mut d, 0);
+        super::push_decimal(&mut d, 13);
+        super::push_decimal(&mut d, 1234567890);
+        assert_eq!(d, b"0131234567890");
+    }
+
     #[test]
     fn imf_fixdate_matches_known_dates() {
         assert_eq!(&super::imf_fixdate(784_111_777), b"Sun, 06 Nov 1994 08:49:37 GMT");
