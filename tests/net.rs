@@ -285,9 +285,23 @@ fn read_and_write_timeouts_end_a_slow_connection() {
             s.set_read_timeout(Some(Duration::from_millis(30))).unwrap();
             s.set_write_timeout(Some(Duration::from_millis(30))).unwrap();
             assert_eq!(s.read_timeout().unwrap(), Some(Duration::from_millis(30)));
+            // The slow client does not pin the (only) scheduler thread: another actor runs
+            // the whole time the read waits.
+            let done = Arc::new(AtomicBool::new(false));
+            let d2 = done.clone();
+            let other = smarm::spawn(move || {
+                let mut turns = 0u64;
+                while !d2.load(Ordering::Relaxed) {
+                    turns += 1;
+                    smarm::yield_now();
+                }
+                turns
+            });
             let t0 = Instant::now();
             assert_eq!((&s).read(&mut [0u8; 16]).unwrap_err().kind(), ErrorKind::TimedOut);
             assert!(t0.elapsed() >= Duration::from_millis(30));
+            done.store(true, Ordering::Relaxed);
+            assert!(other.join().unwrap() > 0, "nothing else ran while the read waited");
             // Writes fill the socket buffers (the client never reads), then time out.
             let chunk = vec![7u8; 64 * 1024];
             let err = loop {
