@@ -407,20 +407,26 @@ fn nonblocking<S>(sock: S, set: impl FnOnce(&S, bool) -> io::Result<()>) -> io::
 }
 
 /// Waits for a non-blocking `connect` on `core` to finish, within `limit`: writable, then
-/// `SO_ERROR` says how it ended. `state` returns `Some(error)` from `SO_ERROR`, and whether
-/// the socket has a peer (connected) otherwise.
-fn finish_connect<S: AsRawFd>(
+/// `SO_ERROR` (`take_error`) says how it failed, or a peer address (`peer`) that it succeeded;
+/// `NotConnected` from `peer` means still in progress.
+fn finish_connect<S: AsRawFd, A>(
     core: &Core<S>,
     limit: WaitLimit,
-    state: impl Fn(&S) -> io::Result<(Option<io::Error>, bool)>,
+    take_error: impl Fn(&S) -> io::Result<Option<io::Error>>,
+    peer: impl Fn(&S) -> io::Result<A>,
 ) -> io::Result<()> {
     core.io_within(
         Dir::Write,
         limit,
-        |s| match state(s)? {
-            (Some(e), _) => Err(e),
-            (None, true) => Ok(()),
-            (None, false) => Err(io::ErrorKind::WouldBlock.into()),
+        |s| {
+            if let Some(e) = take_error(s)? {
+                return Err(e);
+            }
+            match peer(s) {
+                Ok(_) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => Err(io::ErrorKind::WouldBlock.into()),
+                Err(e) => Err(e),
+            }
         },
         |_| false,
     )

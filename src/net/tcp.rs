@@ -129,14 +129,7 @@ impl TcpStream {
         // SAFETY: the fd was just made by mio and is owned by nothing else.
         let std = unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) };
         let stream = TcpStream { core: Core::new(std) };
-        finish_connect(&stream.core, limit, |s| match s.take_error()? {
-            Some(e) => Ok((Some(e), false)),
-            None => match s.peer_addr() {
-                Ok(_) => Ok((None, true)),
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok((None, false)),
-                Err(e) => Err(e),
-            },
-        })?;
+        finish_connect(&stream.core, limit, std::net::TcpStream::take_error, std::net::TcpStream::peer_addr)?;
         Ok(stream)
     }
 

@@ -75,14 +75,12 @@ impl UnixStream {
         // SAFETY: the fd was just made by mio and is owned by nothing else.
         let std = unsafe { std::os::unix::net::UnixStream::from_raw_fd(s.into_raw_fd()) };
         let stream = UnixStream { core: Core::new(std) };
-        finish_connect(&stream.core, WaitLimit::Forever, |s| match s.take_error()? {
-            Some(e) => Ok((Some(e), false)),
-            None => match s.peer_addr() {
-                Ok(_) => Ok((None, true)),
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok((None, false)),
-                Err(e) => Err(e),
-            },
-        })?;
+        finish_connect(
+            &stream.core,
+            WaitLimit::Forever,
+            std::os::unix::net::UnixStream::take_error,
+            std::os::unix::net::UnixStream::peer_addr,
+        )?;
         Ok(stream)
     }
 
