@@ -17,8 +17,9 @@
 //! - Deferred replies: `handle_call` may return [`CallResult::NoReply`] and keep the
 //!   [`From`], replying later from any actor.
 //! - `terminate(reason)` runs on a `Stop` return, on a callback panic, and on shutdown when
-//!   the server traps exits; never on `kill`. With `Stop(reason, Some(reply))` terminate runs
-//!   first, then the reply is sent.
+//!   the server traps exits; never on `kill`; at most once: if `terminate` panics it is not
+//!   called again, and the server exits with that panic (as in OTP). With
+//!   `Stop(reason, Some(reply))` terminate runs first, then the reply is sent.
 //!
 //! # How a reply travels, and how a call finds out the server died
 //!
@@ -225,15 +226,22 @@ fn serve<S: GenServer>(
         return exit_with(cell, reason);
     }
     let _ = ready.send(Ok(()));
-    let reason = match serve_caught(&mut server, &mb, parent) {
+    let mut terminated = false;
+    let reason = match serve_caught(&mut server, &mb, parent, &mut terminated) {
         Ok(reason) => reason,
         Err(payload) => {
             let reason = reason_from_payload(payload);
-            // A callback panic runs terminate; a kill (or other stop request) does not.
-            if matches!(reason, DownReason::Panic(_)) {
-                let _ = catch_unwind(AssertUnwindSafe(|| server.terminate(&reason)));
+            // A callback panic runs terminate; a kill (or other stop request) does not, and
+            // neither does a panic in terminate itself: it runs at most once (as in OTP, the
+            // server then exits with terminate's crash).
+            match catch_unwind(AssertUnwindSafe(|| {
+                if matches!(reason, DownReason::Panic(_)) && !terminated {
+                    server.terminate(&reason);
+                }
+            })) {
+                Ok(()) => reason,
+                Err(payload) => reason_from_payload(payload),
             }
-            reason
         }
     };
     exit_with(cell, reason);
@@ -247,11 +255,23 @@ fn serve_caught<S: GenServer>(
     server: &mut S,
     mb: &Mailbox<Request<S>>,
     parent: Option<Pid>,
+    terminated: &mut bool,
 ) -> std::thread::Result<DownReason> {
-    catch_unwind(AssertUnwindSafe(|| run_loop(server, mb, parent)))
+    catch_unwind(AssertUnwindSafe(|| run_loop(server, mb, parent, terminated)))
 }
 
-fn run_loop<S: GenServer>(server: &mut S, mb: &Mailbox<Request<S>>, parent: Option<Pid>) -> DownReason {
+/// Serves until the server stops; returns why. Sets `terminated` before it calls
+/// `terminate`, so a panic in `terminate` is not followed by a second call.
+fn run_loop<S: GenServer>(
+    server: &mut S,
+    mb: &Mailbox<Request<S>>,
+    parent: Option<Pid>,
+    terminated: &mut bool,
+) -> DownReason {
+    let mut terminate = |server: &mut S, reason: &DownReason| {
+        *terminated = true;
+        server.terminate(reason);
+    };
     loop {
         let flow = match mb.recv() {
             Envelope::Msg(Request::Call(req, from)) => match server.handle_call(req, &from) {
@@ -261,7 +281,7 @@ fn run_loop<S: GenServer>(server: &mut S, mb: &Mailbox<Request<S>>, parent: Opti
                 }
                 CallResult::NoReply => Flow::Continue,
                 CallResult::Stop(reason, reply) => {
-                    server.terminate(&reason);
+                    terminate(server, &reason);
                     if let Some(r) = reply {
                         from.reply_now(r);
                     }
@@ -271,7 +291,7 @@ fn run_loop<S: GenServer>(server: &mut S, mb: &Mailbox<Request<S>>, parent: Opti
             Envelope::Msg(Request::Cast(c)) => server.handle_cast(c),
             Envelope::Msg(Request::Info(i)) => server.handle_info(Info::Msg(i)),
             Envelope::Msg(Request::Stop(reason, done)) => {
-                server.terminate(&reason);
+                terminate(server, &reason);
                 let _ = done.send(());
                 return reason;
             }
@@ -281,14 +301,14 @@ fn run_loop<S: GenServer>(server: &mut S, mb: &Mailbox<Request<S>>, parent: Opti
                 // supervisor) exits or asks it to stop terminates with that reason; exit
                 // signals from anyone else are info.
                 if Some(x.from) == parent {
-                    server.terminate(&x.reason);
+                    terminate(server, &x.reason);
                     return x.reason;
                 }
                 server.handle_info(Info::Exit(x))
             }
         };
         if let Flow::Stop(reason) = flow {
-            server.terminate(&reason);
+            terminate(server, &reason);
             return reason;
         }
     }

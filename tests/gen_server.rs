@@ -64,6 +64,8 @@
 //!   trapping_server_gets_a_shutdown_exit_from_a_non_parent_as_info
 //! - never on `kill`:
 //!   terminate_never_runs_on_kill
+//! - at most once (a panicking terminate is not called again):
+//!   a_panicking_terminate_runs_once
 //! - with `Stop(reason, reply)` terminate runs first, then the reply is sent:
 //!   stop_with_reply_runs_terminate_before_the_reply
 
@@ -136,6 +138,8 @@ struct Srv {
     held: Vec<ReplyTo<u32>>,
     /// Time `terminate` takes before it records itself.
     slow_terminate: Duration,
+    /// Panic with this message in `terminate`, after recording the call.
+    terminate_panics: Option<&'static str>,
     /// Time the server state takes to drop (after `start` learned the outcome, before the
     /// actor's exit): widens the window in which a not-yet-released name would show.
     _slow_drop: SlowDrop,
@@ -162,6 +166,7 @@ impl Srv {
             trap: false,
             held: Vec::new(),
             slow_terminate: Duration::ZERO,
+            terminate_panics: None,
             _slow_drop: SlowDrop(Duration::ZERO, None),
         }
     }
@@ -294,6 +299,9 @@ impl GenServer for Srv {
             smarm::sleep(self.slow_terminate);
         }
         push(&self.log, format!("terminate {reason:?}"));
+        if let Some(msg) = self.terminate_panics {
+            panic!("{msg}");
+        }
     }
 }
 
@@ -1132,5 +1140,60 @@ fn trapping_server_gets_a_shutdown_exit_from_a_non_parent_as_info() {
         smarm::exit(s.pid(), DownReason::Shutdown);
         assert_eq!(s.call(Call::Echo(1)), Ok(1));
         assert_eq!(entries(&log), ["info exit Shutdown"]);
+    });
+}
+
+#[test]
+fn a_panicking_terminate_runs_once() {
+    run(|| {
+        for how in ["cast stop", "call stop with a reply", "ServerRef::stop", "parent exit", "handler panic"] {
+            let log = new_log();
+            let panicky = |srv: Srv| Srv { terminate_panics: Some("terminate boom"), ..srv };
+            let mut go = None;
+            let s = if how == "parent exit" {
+                // A trapping server whose `start_link` parent ends terminates with its reason.
+                let log2 = log.clone();
+                let (tx, rx) = oneshot();
+                let (go_tx, go_rx) = oneshot::<()>();
+                smarm::spawn(move || {
+                    tx.send(gen_server::start_link(panicky(Srv::new(&log2).trapping())).unwrap()).unwrap();
+                    go_rx.recv().unwrap(); // the root monitors the server first
+                });
+                go = Some(go_tx);
+                rx.recv().unwrap()
+            } else {
+                gen_server::start(panicky(Srv::new(&log))).unwrap()
+            };
+            let m = smarm::monitor(s.pid());
+            let first = match how {
+                "cast stop" => {
+                    s.cast(Cast::Stop(custom("bye")));
+                    "terminate Custom(\"bye\")"
+                }
+                "call stop with a reply" => {
+                    // terminate runs before the reply, and panics: no reply.
+                    let got = s.call(Call::Stop(custom("bye"), Some(7)));
+                    assert_eq!(got, Err(CallError::Down(DownReason::Panic("terminate boom".into()))));
+                    "terminate Custom(\"bye\")"
+                }
+                "ServerRef::stop" => {
+                    assert!(s.stop(custom("asked")));
+                    "terminate Custom(\"asked\")"
+                }
+                "parent exit" => {
+                    go.take().unwrap().send(()).unwrap();
+                    "terminate Normal"
+                }
+                _ => {
+                    s.cast(Cast::Panic("cast boom"));
+                    "terminate Panic(\"cast boom\")"
+                }
+            };
+            let d = next_down();
+            assert_eq!(d.monitor, m, "{how}");
+            // As in OTP, the server exits with terminate's crash.
+            assert_eq!(d.reason, DownReason::Panic("terminate boom".into()), "{how}");
+            assert_eq!(terminated(&log), [first], "{how}");
+        }
     });
 }
