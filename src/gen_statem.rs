@@ -11,15 +11,38 @@
 //!   `handle_event(new_state, Enter(old_state))` first. As in OTP, that call may keep the
 //!   state, stop, and set timeouts; a state change, `postpone`, `next_event` or `reply` there
 //!   stops the machine with `Custom("gen_statem: <action> in a state enter call")`;
-//! - `postpone`: the event is retried after the next state change, oldest first;
-//! - an event timeout is cancelled by any event; a state timeout by a state change; a named
-//!   generic timeout only by re-arming or cancelling it;
-//! - inserted events (`next_event`) run before postponed events and before queued
-//!   external events, in the order they were inserted;
+//! - the events the machine handles next, in order: the events inserted by the last
+//!   transition (`next_event`, in the order given); then, if that transition changed the
+//!   state, the postponed events, oldest first; then the events queued before (inserted or
+//!   retried earlier and not handled yet); then the mailbox, with the timeouts' events
+//!   among its messages (below). So a postponed event is retried ahead of events inserted
+//!   before the state change, as OTP's `lists:reverse(Postponed, Events)` has it;
+//! - `postpone`: the event is retried after the next state change (it may be that
+//!   transition's own), oldest first;
+//! - an event timeout is cancelled by any event (an inserted one too); a state timeout by a
+//!   state change; a named generic timeout only by re-arming or cancelling it;
+//! - `terminate` runs at most once: if it panics it is not called again, and the machine
+//!   exits with that panic (as in OTP);
 //! - `call` has an infinite default timeout.
 //!
-//! Timeouts are deadlines the machine's own loop waits for (its receive carries the
-//! earliest one), so they need no timer messages and vanish with the machine.
+//! # Timeouts
+//!
+//! A timeout is a deadline the machine's own loop keeps: looking for its next event, it
+//! waits for a message and for the earliest deadline together, so timeouts need no timer
+//! messages and vanish with the machine. Where its event goes among the messages follows
+//! OTP, which queues a timer message in the mailbox when the deadline passes:
+//! - messages that arrived before the deadline are handled first: those queued when the
+//!   timeout was armed, and those the machine saw queued whenever it looked for an event
+//!   while the deadline was still ahead;
+//! - then the timeout's event, before every message that arrived after the deadline. A due
+//!   timeout waits only for the messages counted ahead of it, so a stream of messages
+//!   cannot starve it. An idle machine sees each message as it arrives; messages that
+//!   arrive while a callback runs past the deadline count as arriving after it (the
+//!   machine cannot tell them apart; OTP's timer message, late by its timer's latency, may
+//!   land behind a few of them instead);
+//! - a zero timeout has no message ahead of it (OTP: before any external event not yet
+//!   received), but comes after the inserted and retried events;
+//! - of several due timeouts, the earliest deadline first (then the one armed first).
 //!
 //! ```
 //! use smarm::gen_statem::{self, Event, GenStatem, Transition};
@@ -79,7 +102,7 @@ pub trait GenStatem: Send + Sized + 'static {
     fn init(&mut self) -> Result<Self::State, DownReason>;
     /// Handles one event in `state`.
     fn handle_event(&mut self, state: &Self::State, event: &Event<Self>) -> Transition<Self>;
-    /// Runs when the machine stops (not on `kill`).
+    /// Runs when the machine stops (not on `kill`), at most once (not again if it panics).
     fn terminate(&mut self, _reason: &DownReason, _state: &Self::State) {}
 }
 
@@ -289,20 +312,29 @@ fn run<M: GenStatem>(
     let mut engine = Engine {
         state,
         postponed: VecDeque::new(),
-        inserted: VecDeque::new(),
-        event_deadline: None,
-        state_deadline: None,
+        queue: VecDeque::new(),
+        event_timeout: None,
+        state_timeout: None,
         named: HashMap::new(),
+        armed: 0,
         parent,
+        terminated: false,
     };
     let reason = match catch_unwind(AssertUnwindSafe(|| engine.run(&mut machine, &mb))) {
         Ok(reason) => reason,
         Err(payload) => {
             let reason = reason_from_payload(payload);
-            if matches!(reason, DownReason::Panic(_)) {
-                let _ = catch_unwind(AssertUnwindSafe(|| machine.terminate(&reason, &engine.state)));
+            // A callback panic runs terminate; a kill does not, and neither does a panic in
+            // terminate itself: it runs at most once (as in OTP, the machine then exits with
+            // terminate's crash).
+            match catch_unwind(AssertUnwindSafe(|| {
+                if matches!(reason, DownReason::Panic(_)) && !engine.terminated {
+                    machine.terminate(&reason, &engine.state);
+                }
+            })) {
+                Ok(()) => reason,
+                Err(payload) => reason_from_payload(payload),
             }
-            reason
         }
     };
     exit_with(cell, reason);
@@ -310,13 +342,37 @@ fn run<M: GenStatem>(
 
 struct Engine<M: GenStatem> {
     state: M::State,
+    /// Postponed events, oldest first; retried on the next state change.
     postponed: VecDeque<Event<M>>,
-    inserted: VecDeque<Event<M>>,
-    event_deadline: Option<Instant>,
-    state_deadline: Option<Instant>,
-    named: HashMap<String, Instant>,
+    /// Events handled before the mailbox: inserted ones and retried postponed ones, in order.
+    queue: VecDeque<Event<M>>,
+    event_timeout: Option<Armed>,
+    state_timeout: Option<Armed>,
+    named: HashMap<String, Armed>,
+    /// Timeouts armed so far (the next [`Armed::seq`]).
+    armed: u64,
     /// The `start_link` caller: its exit signals stop a trapping machine.
     parent: Option<Pid>,
+    /// `terminate` has been called: a panic in it does not call it again.
+    terminated: bool,
+}
+
+/// An armed timeout (see "Timeouts" in the module doc).
+struct Armed {
+    deadline: Instant,
+    /// Mailbox envelopes queued ahead of this timeout's event: those the machine saw queued
+    /// while the deadline was still ahead (when it armed the timeout, and whenever it looked
+    /// for an event since), less those it has taken since. They arrived before the deadline.
+    ahead: usize,
+    /// Arming order: of two due timeouts with one deadline, the one armed first runs first.
+    seq: u64,
+}
+
+/// Which timeout fires.
+enum Kind {
+    Event,
+    State,
+    Named(String),
 }
 
 /// What a state-enter call's transition does that OTP forbids there, if anything: it may
@@ -350,8 +406,8 @@ impl<M: GenStatem> Engine<M> {
         if M::STATE_ENTER {
             let s = self.state.clone();
             let t = m.handle_event(&self.state, &Event::Enter(s));
-            if let Some(r) = self.apply(t, None, true) {
-                m.terminate(&r, &self.state);
+            if let Err(r) = self.apply(t, None, true, mb) {
+                self.terminate(m, &r);
                 return r;
             }
         }
@@ -359,12 +415,12 @@ impl<M: GenStatem> Engine<M> {
             let event = match self.next_event(mb) {
                 Got::Event(e) => e,
                 Got::Stop(reason, ack) => {
-                    m.terminate(&reason, &self.state);
+                    self.terminate(m, &reason);
                     let _ = ack.send(());
                     return reason;
                 }
                 Got::ParentExit(reason) => {
-                    m.terminate(&reason, &self.state);
+                    self.terminate(m, &reason);
                     return reason;
                 }
                 Got::Nothing => continue,
@@ -373,7 +429,7 @@ impl<M: GenStatem> Engine<M> {
             if let Next::Stop(reason) = &t.next {
                 let reason = reason.clone();
                 // terminate first, then the reply (as in gen_server).
-                m.terminate(&reason, &self.state);
+                self.terminate(m, &reason);
                 if let (Some(reply), Event::Call(_, from)) = (t.reply, &event) {
                     from.reply_now(reply);
                 }
@@ -382,34 +438,57 @@ impl<M: GenStatem> Engine<M> {
             let old = self.state.clone();
             let changed = matches!(&t.next, Next::To(s) if *s != old);
             let postpone = t.postpone;
-            if let Some(r) = self.apply(t, Some(&event), false) {
-                m.terminate(&r, &self.state);
-                return r;
-            }
+            let inserted = match self.apply(t, Some(&event), false, mb) {
+                Ok(inserted) => inserted,
+                Err(r) => {
+                    self.terminate(m, &r);
+                    return r;
+                }
+            };
             if postpone {
                 self.postponed.push_back(event);
             }
             if changed {
-                // Postponed events are retried after a state change, oldest first, behind the
-                // events this transition inserted and ahead of queued external ones.
-                self.inserted.extend(self.postponed.drain(..));
-                if M::STATE_ENTER {
-                    let t = m.handle_event(&self.state, &Event::Enter(old));
-                    if let Some(r) = self.apply(t, None, true) {
-                        m.terminate(&r, &self.state);
-                        return r;
-                    }
+                // Postponed events are retried after a state change, oldest first, ahead of
+                // the events already queued (OTP: `lists:reverse(Postponed, Events)`)...
+                while let Some(e) = self.postponed.pop_back() {
+                    self.queue.push_front(e);
+                }
+            }
+            // ...and behind the events this transition inserted, which run first, in the
+            // order given.
+            for e in inserted.into_iter().rev() {
+                self.queue.push_front(Event::Internal(e));
+            }
+            if changed && M::STATE_ENTER {
+                let t = m.handle_event(&self.state, &Event::Enter(old));
+                if let Err(r) = self.apply(t, None, true, mb) {
+                    self.terminate(m, &r);
+                    return r;
                 }
             }
         }
     }
 
-    /// Applies a transition's state and actions. Returns a stop reason if it stops.
-    fn apply(&mut self, t: Transition<M>, event: Option<&Event<M>>, enter: bool) -> Option<DownReason> {
+    /// Calls `terminate`, once: a panic in it must not lead to a second call.
+    fn terminate(&mut self, m: &mut M, reason: &DownReason) {
+        self.terminated = true;
+        m.terminate(reason, &self.state);
+    }
+
+    /// Applies a transition's state and actions; returns the events it inserts (for the
+    /// caller to queue after the retried postponed events), or a stop reason.
+    fn apply(
+        &mut self,
+        t: Transition<M>,
+        event: Option<&Event<M>>,
+        enter: bool,
+        mb: &Mailbox<Request<M>>,
+    ) -> Result<Vec<M::Cast>, DownReason> {
         if enter {
             if let Some(bad) = bad_enter_action(&t, &self.state) {
                 // OTP: `bad_state_enter_action_from_state_function`; the machine stops.
-                return Some(DownReason::Custom(format!("gen_statem: {bad} in a state enter call")));
+                return Err(DownReason::Custom(format!("gen_statem: {bad} in a state enter call")));
             }
         }
         let now = Instant::now();
@@ -421,84 +500,145 @@ impl<M: GenStatem> Engine<M> {
                 if s != self.state {
                     // A state change cancels the state timeout (before this transition's
                     // own actions may arm a new one).
-                    self.state_deadline = None;
+                    self.state_timeout = None;
                 }
                 self.state = s;
             }
-            Next::Stop(r) => return Some(r),
+            Next::Stop(r) => return Err(r),
             _ => {}
         }
+        // Everything queued now arrived before the deadlines armed here.
+        let arms =
+            t.event_timeout.is_some() || t.state_timeout.is_some() || t.timeouts.iter().any(|(_, d)| d.is_some());
+        let queued = if arms { mb.len() } else { 0 };
         if let Some(d) = t.event_timeout {
-            self.event_deadline = Some(deadline_after(now, d));
+            self.event_timeout = Some(self.arm(now, d, queued));
         }
         if let Some(d) = t.state_timeout {
-            self.state_deadline = Some(deadline_after(now, d));
+            self.state_timeout = Some(self.arm(now, d, queued));
         }
         for (name, d) in t.timeouts {
             match d {
                 Some(d) => {
-                    self.named.insert(name, deadline_after(now, d));
+                    let armed = self.arm(now, d, queued);
+                    self.named.insert(name, armed);
                 }
                 None => {
                     self.named.remove(&name);
                 }
             }
         }
-        // Inserted events run first, in the order given.
-        for (i, e) in t.inserted.into_iter().enumerate() {
-            self.inserted.insert(i, Event::Internal(e));
-        }
-        None
+        Ok(t.inserted)
     }
 
-    /// The next event: an inserted one, a queued external one, or a due timeout.
-    fn next_event(&mut self, mb: &Mailbox<Request<M>>) -> Got<M> {
-        if let Some(e) = self.inserted.pop_front() {
-            self.event_deadline = None;
-            return Got::Event(e);
-        }
-        let named_next = self.named.iter().min_by_key(|(_, t)| **t).map(|(n, t)| (n.clone(), *t));
-        let deadline = [self.event_deadline, self.state_deadline, named_next.as_ref().map(|(_, t)| *t)]
-            .into_iter()
-            .flatten()
-            .min();
-        let got = match deadline {
-            Some(d) => mb.recv_timeout(d.saturating_duration_since(Instant::now())),
-            None => Some(mb.recv()),
+    /// A timeout due `d` after `now`, behind the `queued` envelopes in the mailbox; a zero
+    /// timeout is behind none (OTP: before any external event not yet received).
+    fn arm(&mut self, now: Instant, d: Duration, queued: usize) -> Armed {
+        self.armed += 1;
+        Armed { deadline: deadline_after(now, d), ahead: if d.is_zero() { 0 } else { queued }, seq: self.armed }
+    }
+
+    fn timeouts(&self) -> impl Iterator<Item = &Armed> {
+        self.event_timeout.iter().chain(self.state_timeout.iter()).chain(self.named.values())
+    }
+
+    fn timeouts_mut(&mut self) -> impl Iterator<Item = &mut Armed> {
+        self.event_timeout.iter_mut().chain(self.state_timeout.iter_mut()).chain(self.named.values_mut())
+    }
+
+    /// The event of the timeout that comes before every queued envelope, if one does: due,
+    /// nothing ahead of it, the earliest deadline (then the first armed) of those.
+    fn take_due(&mut self, now: Instant) -> Option<Event<M>> {
+        let mut first: Option<(Instant, u64, Kind)> = None;
+        let mut consider = |a: &Armed, kind: Kind| {
+            let earlier = match &first {
+                None => true,
+                Some((deadline, seq, _)) => (a.deadline, a.seq) < (*deadline, *seq),
+            };
+            if a.deadline <= now && a.ahead == 0 && earlier {
+                first = Some((a.deadline, a.seq, kind));
+            }
         };
-        if let Some(env) = got {
-            // Any event cancels the event timeout.
-            self.event_deadline = None;
-            return Got::Event(match env {
-                Envelope::Msg(Request::Call(c, f)) => Event::Call(c, f),
-                Envelope::Msg(Request::Cast(c)) => Event::Cast(c),
-                Envelope::Msg(Request::Info(i)) => Event::Info(Info::Msg(i)),
-                Envelope::Msg(Request::Stop(reason, ack)) => return Got::Stop(reason, ack),
-                Envelope::Down(d) => Event::Info(Info::Down(d)),
-                // The parent's exit signal stops a trapping machine (as in gen_server).
-                Envelope::Exit(x) if Some(x.from) == self.parent => return Got::ParentExit(x.reason),
-                Envelope::Exit(x) => Event::Info(Info::Exit(x)),
-            });
+        if let Some(a) = &self.event_timeout {
+            consider(a, Kind::Event);
         }
-        let now = Instant::now();
-        if self.event_deadline.is_some_and(|t| t <= now) {
-            self.event_deadline = None;
-            return Got::Event(Event::EventTimeout);
+        if let Some(a) = &self.state_timeout {
+            consider(a, Kind::State);
         }
-        // A timeout event is an event too: it cancels the event timeout (as in OTP).
-        if self.state_deadline.is_some_and(|t| t <= now) {
-            self.state_deadline = None;
-            self.event_deadline = None;
-            return Got::Event(Event::StateTimeout);
-        }
-        if let Some((name, t)) = named_next {
-            if t <= now {
-                self.named.remove(&name);
-                self.event_deadline = None;
-                return Got::Event(Event::Timeout(name));
+        for (name, a) in &self.named {
+            if a.deadline <= now && a.ahead == 0 {
+                consider(a, Kind::Named(name.clone()));
             }
         }
-        Got::Nothing
+        let (_, _, kind) = first?;
+        // A timeout event is an event too: it cancels the event timeout (as in OTP).
+        self.event_timeout = None;
+        Some(match kind {
+            Kind::Event => Event::EventTimeout,
+            Kind::State => {
+                self.state_timeout = None;
+                Event::StateTimeout
+            }
+            Kind::Named(name) => {
+                self.named.remove(&name);
+                Event::Timeout(name)
+            }
+        })
+    }
+
+    /// The next event: a queued inserted or retried one, a due timeout with nothing ahead of
+    /// it, or the next envelope in the mailbox (waiting for it until the earliest deadline).
+    fn next_event(&mut self, mb: &Mailbox<Request<M>>) -> Got<M> {
+        if let Some(e) = self.queue.pop_front() {
+            // An inserted event counts as arrived: it cancels the event timeout (OTP).
+            self.event_timeout = None;
+            return Got::Event(e);
+        }
+        let mut wait = None;
+        if let Some(earliest) = self.timeouts().map(|a| a.deadline).min() {
+            let now = Instant::now();
+            if self.timeouts().any(|a| now < a.deadline) {
+                // What is queued now arrived before every deadline still ahead: it goes
+                // ahead of those timeouts' events.
+                let queued = mb.len();
+                for a in self.timeouts_mut().filter(|a| now < a.deadline) {
+                    a.ahead = queued;
+                }
+            }
+            if let Some(e) = self.take_due(now) {
+                return Got::Event(e);
+            }
+            // A due timeout waits only for the envelopes ahead of it, already queued: then
+            // this is a poll.
+            wait = Some(earliest.saturating_duration_since(now));
+        }
+        let got = match wait {
+            Some(d) => mb.recv_timeout(d),
+            None => Some(mb.recv()),
+        };
+        let Some(env) = got else {
+            // Nothing is queued, so nothing is ahead of any timeout (one counted may have
+            // been taken out by `demonitor_flush`).
+            for a in self.timeouts_mut() {
+                a.ahead = 0;
+            }
+            return Got::Nothing;
+        };
+        for a in self.timeouts_mut() {
+            a.ahead = a.ahead.saturating_sub(1);
+        }
+        // Any event cancels the event timeout.
+        self.event_timeout = None;
+        Got::Event(match env {
+            Envelope::Msg(Request::Call(c, f)) => Event::Call(c, f),
+            Envelope::Msg(Request::Cast(c)) => Event::Cast(c),
+            Envelope::Msg(Request::Info(i)) => Event::Info(Info::Msg(i)),
+            Envelope::Msg(Request::Stop(reason, ack)) => return Got::Stop(reason, ack),
+            Envelope::Down(d) => Event::Info(Info::Down(d)),
+            // The parent's exit signal stops a trapping machine (as in gen_server).
+            Envelope::Exit(x) if Some(x.from) == self.parent => return Got::ParentExit(x.reason),
+            Envelope::Exit(x) => Event::Info(Info::Exit(x)),
+        })
     }
 }
 

@@ -14,6 +14,15 @@
 //!   postponed_events_are_retried_after_a_state_change_oldest_first,
 //!   postponed_events_are_not_retried_without_a_state_change,
 //!   postponed_call_is_answered_after_the_state_change
+//! - postponed events run before events that were pending or inserted behind them (OTP
+//!   prepends them), in the order they were postponed:
+//!   postponed_events_are_retried_before_events_inserted_earlier,
+//!   an_event_postponed_again_with_a_state_change_is_retried_before_the_later_ones
+//! - an expired state or named timeout is an event queued in order with messages; a stream
+//!   of incoming messages cannot starve it:
+//!   expired_timeout_is_handled_before_messages_that_arrived_after_its_deadline,
+//!   expired_timeout_is_not_starved_by_a_stream_of_messages,
+//!   zero_timeouts_run_before_queued_messages (OTP: before any event not yet received)
 //! - an event timeout is cancelled by any event:
 //!   event_timeout_fires_when_no_event_arrives,
 //!   event_timeout_is_cancelled_by_a_cast, event_timeout_is_cancelled_by_an_info,
@@ -39,6 +48,8 @@
 //!   a_state_enter_call_may_not_change_the_state_postpone_insert_or_reply
 //! - (gen_server parity) stop runs terminate then replies:
 //!   stop_transition_runs_terminate_before_the_reply
+//! - (gen_server parity) terminate runs at most once; a panicking one is not called again:
+//!   a_panicking_terminate_runs_once
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -172,6 +183,8 @@ enum St {
     A,
     B,
     C,
+    /// `Post` here postpones the event *and* goes to C.
+    D,
 }
 
 enum Cmd {
@@ -187,6 +200,8 @@ enum Cmd {
     GoInsert(St, Vec<u32>),
     /// Insert `Note` events (no state change).
     Insert(Vec<u32>),
+    /// Insert `Go(state)` (logged `IGo`), then `Note` events; no state change now.
+    InsertGo(St, Vec<u32>),
     ArmEvent(Duration),
     /// Arm the event timeout and insert `Note` events in the same transition.
     ArmEventInsert(Duration, Vec<u32>),
@@ -195,6 +210,8 @@ enum Cmd {
     CancelNamed(&'static str),
     /// Block the machine inside this handler until released (or the sender is dropped).
     Block(Receiver<()>),
+    /// Say so on the first channel, then block like `Block`.
+    BlockTold(Sender<()>, Receiver<()>),
 }
 
 enum Req {
@@ -260,6 +277,10 @@ impl<const ENTER: bool> GenStatem for Probe<ENTER> {
                 self.push(state, format!("I{n}"));
                 Transition::keep()
             }
+            Event::Internal(Cmd::Go(s)) => {
+                self.push(state, format!("IGo({s:?})"));
+                Transition::to(*s)
+            }
             Event::Internal(_) => Transition::keep(),
             Event::Call(req, from) => self.call(state, req, from),
             Event::Cast(cmd) => self.cast(state, cmd),
@@ -302,6 +323,10 @@ impl<const ENTER: bool> Probe<ENTER> {
                 self.push(state, format!("postpone P{n}"));
                 Transition::keep().postpone()
             }
+            Cmd::Post(n) if *state == St::D => {
+                self.push(state, format!("postpone P{n}, Go(C)"));
+                Transition::to(St::C).postpone()
+            }
             Cmd::Post(n) => {
                 self.push(state, format!("P{n}"));
                 Transition::keep()
@@ -326,6 +351,10 @@ impl<const ENTER: bool> Probe<ENTER> {
                 self.push(state, "Insert".into());
                 ns.iter().fold(Transition::keep(), |t, n| t.next_event(Cmd::Note(*n)))
             }
+            Cmd::InsertGo(s, ns) => {
+                self.push(state, format!("InsertGo({s:?})"));
+                ns.iter().fold(Transition::keep().next_event(Cmd::Go(*s)), |t, n| t.next_event(Cmd::Note(*n)))
+            }
             Cmd::ArmEvent(d) => {
                 self.push(state, "ArmEvent".into());
                 Transition::keep().event_timeout(*d)
@@ -347,6 +376,11 @@ impl<const ENTER: bool> Probe<ENTER> {
                 Transition::keep().cancel_timeout(*n)
             }
             Cmd::Block(release) => {
+                let _ = release.recv();
+                Transition::keep()
+            }
+            Cmd::BlockTold(told, release) => {
+                let _ = told.send(());
                 let _ = release.recv();
                 Transition::keep()
             }
@@ -561,6 +595,45 @@ fn postponed_call_is_answered_after_the_state_change() {
     });
 }
 
+#[test]
+fn postponed_events_are_retried_before_events_inserted_earlier() {
+    run(|| {
+        let f = probe::<false>(None);
+        let release = blocker(&f.m);
+        f.m.cast(Cmd::Post(1));
+        f.m.cast(Cmd::Post(2));
+        // Inserts `Go(B)` with `Note(7)` behind it: when `Go(B)` changes the state, `I7` is
+        // still pending, and the retried P1, P2 go ahead of it (OTP:
+        // `lists:reverse(Postponed, Events)`).
+        f.m.cast(Cmd::InsertGo(St::B, vec![7]));
+        f.m.cast(Cmd::Note(9));
+        release.send(()).unwrap();
+        assert_eq!(
+            logged(&f),
+            ["postpone P1@A", "postpone P2@A", "InsertGo(B)@A", "IGo(B)@A", "P1@B", "P2@B", "I7@B", "N9@B"]
+        );
+    });
+}
+
+#[test]
+fn an_event_postponed_again_with_a_state_change_is_retried_before_the_later_ones() {
+    run(|| {
+        let f = probe::<false>(None);
+        let release = blocker(&f.m);
+        f.m.cast(Cmd::Post(1));
+        f.m.cast(Cmd::Post(2));
+        f.m.cast(Cmd::Go(St::D));
+        f.m.cast(Cmd::Note(9));
+        release.send(()).unwrap();
+        // In D, P1 is postponed again and changes the state: it is retried at once, still
+        // ahead of P2 (the order they were postponed in), not behind it.
+        assert_eq!(
+            logged(&f),
+            ["postpone P1@A", "postpone P2@A", "Go(D)@A", "postpone P1, Go(C)@D", "P1@C", "P2@C", "N9@C"]
+        );
+    });
+}
+
 // ------------------------------------------------------------------------------------------
 // Timeouts
 // ------------------------------------------------------------------------------------------
@@ -759,6 +832,143 @@ fn named_timeouts_are_independent() {
     });
 }
 
+#[test]
+fn expired_timeout_is_handled_before_messages_that_arrived_after_its_deadline() {
+    run(|| {
+        for (arm, fired) in [(Cmd::ArmState(20 * MS), "StateTimeout"), (Cmd::ArmNamed("t", 20 * MS), "Timeout(\"t\")")]
+        {
+            let armed = format!("{}@A", if fired == "StateTimeout" { "ArmState" } else { "ArmNamed(t)" });
+            let f = probe::<false>(None);
+            let release = blocker(&f.m);
+            f.m.cast(arm);
+            // Queued when the timeout is armed, so before its deadline: handled before it.
+            f.m.cast(Cmd::Note(1));
+            let (entered_tx, entered) = channel();
+            let (release_busy, busy) = channel();
+            f.m.cast(Cmd::BlockTold(entered_tx, busy));
+            release.send(()).unwrap();
+            entered.recv_timeout(GUARD).unwrap();
+            // The timeout was armed before the machine got busy; once this wait is over its
+            // deadline has passed (a sleep never ends early). Everything sent from here on
+            // arrives after the deadline, while the machine is still busy.
+            smarm::sleep(20 * MS);
+            f.m.cast(Cmd::Note(2));
+            f.m.info(3);
+            f.m.cast(Cmd::Note(4));
+            release_busy.send(()).unwrap();
+            assert_eq!(f.next_fired().0, fired);
+            assert_eq!(
+                logged(&f),
+                [armed, "N1@A".into(), format!("{fired}@A"), "N2@A".into(), "Info3@A".into(), "N4@A".into()]
+            );
+        }
+    });
+}
+
+#[test]
+fn zero_timeouts_run_before_queued_messages() {
+    run(|| {
+        // OTP: a zero timeout's event comes before any external event not yet received.
+        for (arm, fired) in
+            [(Cmd::ArmState(Duration::ZERO), "StateTimeout"), (Cmd::ArmNamed("t", Duration::ZERO), "Timeout(\"t\")")]
+        {
+            let armed = format!("{}@A", if fired == "StateTimeout" { "ArmState" } else { "ArmNamed(t)" });
+            let f = probe::<false>(None);
+            let release = blocker(&f.m);
+            f.m.cast(arm);
+            f.m.cast(Cmd::Note(1));
+            release.send(()).unwrap();
+            assert_eq!(logged(&f), [armed, format!("{fired}@A"), "N1@A".into()]);
+        }
+    });
+}
+
+/// Feeds itself: each `Feed` casts the next one before it returns, so whenever the machine
+/// looks for its next event a message is queued.
+struct Feeder {
+    me: Option<StatemRef<Feeder>>,
+    armed_at: Option<Instant>,
+    /// The last feed handled.
+    fed: u32,
+    /// Feeds handled before the timeout, and the timeout's delay after arming.
+    timeout: Option<(u32, Duration)>,
+    done: Sender<(Option<(u32, Duration)>, u32)>,
+}
+
+enum Feed {
+    Start(StatemRef<Feeder>, FeedArm),
+    Next(u32),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum FeedArm {
+    State,
+    Named,
+}
+
+/// Feeds handled after the timeout before the stream stops.
+const FEEDS_AFTER: u32 = 3;
+
+impl GenStatem for Feeder {
+    type State = St;
+    type Call = ();
+    type Reply = ();
+    type Cast = Feed;
+    type Info = ();
+
+    fn init(&mut self) -> Result<St, DownReason> {
+        Ok(St::A)
+    }
+
+    fn handle_event(&mut self, _state: &St, event: &Event<Self>) -> Transition<Self> {
+        match event {
+            Event::Cast(Feed::Start(me, arm)) => {
+                me.cast(Feed::Next(0));
+                self.me = Some(me.clone());
+                self.armed_at = Some(Instant::now());
+                match arm {
+                    FeedArm::State => Transition::keep().state_timeout(20 * MS),
+                    FeedArm::Named => Transition::keep().timeout("t", 20 * MS),
+                }
+            }
+            Event::Cast(Feed::Next(n)) => {
+                self.fed = *n;
+                let armed_at = self.armed_at.unwrap();
+                let enough = self.timeout.is_some_and(|(at, _)| *n >= at + FEEDS_AFTER);
+                // The guard only ends the test when the timeout never comes.
+                if enough || armed_at.elapsed() > GUARD {
+                    let _ = self.done.send((self.timeout, *n));
+                } else {
+                    self.me.as_ref().unwrap().cast(Feed::Next(n + 1));
+                }
+                Transition::keep()
+            }
+            Event::StateTimeout | Event::Timeout(_) => {
+                self.timeout = Some((self.fed, self.armed_at.unwrap().elapsed()));
+                Transition::keep()
+            }
+            _ => Transition::keep(),
+        }
+    }
+}
+
+#[test]
+fn expired_timeout_is_not_starved_by_a_stream_of_messages() {
+    run(|| {
+        for arm in [FeedArm::State, FeedArm::Named] {
+            let (done_tx, done) = channel();
+            let m =
+                gen_statem::start(Feeder { me: None, armed_at: None, fed: 0, timeout: None, done: done_tx }).unwrap();
+            m.cast(Feed::Start(m.clone(), arm));
+            let (timeout, last) = done.recv().unwrap();
+            let (fed_before, after) = timeout.unwrap_or_else(|| panic!("{arm:?}: starved by {last} messages"));
+            assert!(after >= 20 * MS, "{arm:?}: fired early, {after:?} after arming");
+            // The stream went on after the timeout: it was handled amid it, not after it.
+            assert_eq!(last, fed_before + FEEDS_AFTER, "{arm:?}");
+        }
+    });
+}
+
 // ------------------------------------------------------------------------------------------
 // Inserted events
 // ------------------------------------------------------------------------------------------
@@ -843,4 +1053,79 @@ fn blocker<const ENTER: bool>(m: &StatemRef<Probe<ENTER>>) -> Sender<()> {
     let (tx, rx) = channel();
     m.cast(Cmd::Block(rx));
     tx
+}
+
+// ------------------------------------------------------------------------------------------
+// terminate
+// ------------------------------------------------------------------------------------------
+
+/// Logs each `terminate` call, then panics in it.
+struct PanickyTerminate {
+    log: Log,
+}
+
+impl GenStatem for PanickyTerminate {
+    type State = St;
+    type Call = ();
+    type Reply = ();
+    /// Stop with this reason.
+    type Cast = DownReason;
+    /// Panic in `handle_event`.
+    type Info = ();
+
+    fn init(&mut self) -> Result<St, DownReason> {
+        Ok(St::A)
+    }
+
+    fn handle_event(&mut self, _state: &St, event: &Event<Self>) -> Transition<Self> {
+        match event {
+            Event::Cast(reason) => Transition::stop(reason.clone()),
+            Event::Call(..) => Transition::stop(DownReason::Custom("call".into())).reply(()),
+            Event::Info(_) => panic!("handler boom"),
+            _ => Transition::keep(),
+        }
+    }
+
+    fn terminate(&mut self, reason: &DownReason, _state: &St) {
+        self.log.lock().unwrap().push(format!("terminate {reason:?}"));
+        panic!("terminate boom");
+    }
+}
+
+#[test]
+fn a_panicking_terminate_runs_once() {
+    run(|| {
+        for how in ["stop transition", "stop transition with a reply", "StatemRef::stop", "handler panic"] {
+            let log: Log = Arc::new(Mutex::new(Vec::new()));
+            let m = gen_statem::start(PanickyTerminate { log: log.clone() }).unwrap();
+            let mon = smarm::monitor(m.pid());
+            let first = match how {
+                "stop transition" => {
+                    m.cast(DownReason::Custom("bye".into()));
+                    "terminate Custom(\"bye\")"
+                }
+                "stop transition with a reply" => {
+                    // terminate runs before the reply, and panics: no reply.
+                    assert_eq!(m.call(()), Err(CallError::Down(DownReason::Panic("terminate boom".into()))));
+                    "terminate Custom(\"call\")"
+                }
+                "StatemRef::stop" => {
+                    assert!(m.stop(DownReason::Custom("asked".into())));
+                    "terminate Custom(\"asked\")"
+                }
+                _ => {
+                    m.info(());
+                    "terminate Panic(\"handler boom\")"
+                }
+            };
+            let down = match smarm::recv_signal_timeout(GUARD) {
+                Some(smarm::Signal::Down(d)) => d,
+                other => panic!("{how}: expected a Down, got {other:?}"),
+            };
+            assert_eq!(down.monitor, mon, "{how}");
+            // As in OTP, the machine exits with terminate's crash.
+            assert_eq!(down.reason, DownReason::Panic("terminate boom".into()), "{how}");
+            assert_eq!(*log.lock().unwrap(), [first], "{how}");
+        }
+    });
 }
