@@ -152,6 +152,69 @@ impl<M> MailboxInner<M> {
     }
 }
 
+impl<M> MailboxInner<M> {
+    /// Moves every envelope accepted by `pred` into `out` (in arrival order, the others
+    /// staying queued in order), parking until at least one is taken or the limit passes;
+    /// false if it passed with none taken.
+    ///
+    /// The first `*seen` queued envelopes are skipped: an earlier call looked at them, and
+    /// the caller promises that `pred` still rejects them. On return `*seen` covers every
+    /// envelope left queued, so a loop of calls looks at each envelope once, however many
+    /// others stay queued ahead of the ones it takes. Only the owner takes envelopes out, and
+    /// pushes only append, so the skipped prefix stays the same envelopes between the calls
+    /// as long as the owner receives nothing else meanwhile.
+    fn recv_all_where(
+        &self,
+        mut limit: WaitLimit,
+        seen: &mut usize,
+        mut pred: impl FnMut(&Envelope<M>) -> bool,
+        out: &mut Vec<Envelope<M>>,
+    ) -> bool {
+        let before = out.len();
+        let mut s = self.state.lock();
+        loop {
+            take_unseen(&mut s.queue, seen, &mut pred, out);
+            if out.len() > before {
+                return true;
+            }
+            s.waiter = Some(Waiter::current());
+            drop(s);
+            // As in `recv_where`: deregisters if the park unwinds.
+            let guard = Deregister(self);
+            let timed_out = limit.park();
+            std::mem::forget(guard);
+            s = self.state.lock();
+            s.waiter = None;
+            if timed_out {
+                // The limit passed: one last look, then time out.
+                take_unseen(&mut s.queue, seen, &mut pred, out);
+                return out.len() > before;
+            }
+        }
+    }
+}
+
+/// The one pass of [`MailboxInner::recv_all_where`]: looks at the envelopes after the first
+/// `*seen` (those that arrived since the last pass), moves the accepted ones to `out`, and
+/// puts the others back in order after the prefix. O(envelopes looked at).
+fn take_unseen<M>(
+    queue: &mut VecDeque<Envelope<M>>,
+    seen: &mut usize,
+    pred: &mut impl FnMut(&Envelope<M>) -> bool,
+    out: &mut Vec<Envelope<M>>,
+) {
+    if *seen < queue.len() {
+        for e in queue.split_off(*seen) {
+            if pred(&e) {
+                out.push(e);
+            } else {
+                queue.push_back(e);
+            }
+        }
+    }
+    *seen = queue.len();
+}
+
 struct Deregister<'a, M>(&'a MailboxInner<M>);
 
 impl<M> Drop for Deregister<'_, M> {
@@ -228,6 +291,19 @@ impl<M: Send + 'static> Mailbox<M> {
     /// order; waits for one (at most `timeout`, if given).
     pub fn recv_match(&self, timeout: Option<Duration>, pred: impl FnMut(&Envelope<M>) -> bool) -> Option<Envelope<M>> {
         self.inner.recv_where(WaitLimit::from_timeout(timeout), false, pred)
+    }
+
+    /// Selective receive of every match, for the receives that wait for many envelopes at
+    /// once (a supervisor collecting the Downs of its children): see
+    /// [`MailboxInner::recv_all_where`]. Returns false if the limit passed with none taken.
+    pub(crate) fn recv_all_match(
+        &self,
+        limit: WaitLimit,
+        seen: &mut usize,
+        pred: impl FnMut(&Envelope<M>) -> bool,
+        out: &mut Vec<Envelope<M>>,
+    ) -> bool {
+        self.inner.recv_all_where(limit, seen, pred, out)
     }
 
     /// An address for this mailbox.

@@ -39,6 +39,7 @@
 //! [`kill`] is not trappable and stops T with `Killed`; linked actors then receive `Killed`.
 
 use std::any::Any;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -107,6 +108,87 @@ pub(crate) trait SignalSink: Send + Sync {
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
+/// The links of one actor, at most one per peer. A short vector, which an actor with a few
+/// links never outgrows; past [`LINKS_IN_VEC`] a hash set, so that adding, finding and
+/// removing a link stays O(1) for an actor with many (a supervisor of thousands of dynamic
+/// children unlinks each one as it stops them, and learns of each one's end).
+///
+/// The set is boxed (one more allocation, once, for the rare actor with many links), so that
+/// `Links` stays the size of a `Vec` in every actor's `ProcState` (asserted below).
+#[allow(clippy::box_collection)]
+enum Links {
+    Few(Vec<Pid>),
+    Many(Box<HashSet<Pid>>),
+}
+
+const _: () = assert!(std::mem::size_of::<Links>() == std::mem::size_of::<Vec<Pid>>());
+
+/// The most links kept in a vector: 16 pids of 12 bytes are three cache lines, compared
+/// without hashing (a `HashSet` lookup SipHashes the pid first).
+const LINKS_IN_VEC: usize = 16;
+
+impl Default for Links {
+    fn default() -> Links {
+        Links::Few(Vec::new())
+    }
+}
+
+impl Links {
+    fn contains(&self, p: Pid) -> bool {
+        match self {
+            Links::Few(v) => v.contains(&p),
+            Links::Many(set) => set.contains(&p),
+        }
+    }
+
+    /// Adds the link to `p` unless it exists.
+    fn insert(&mut self, p: Pid) {
+        match self {
+            Links::Few(v) if v.contains(&p) => {}
+            Links::Few(v) if v.len() < LINKS_IN_VEC => v.push(p),
+            Links::Few(v) => {
+                let mut set: Box<HashSet<Pid>> = Box::new(v.drain(..).collect());
+                set.insert(p);
+                *self = Links::Many(set);
+            }
+            Links::Many(set) => {
+                set.insert(p);
+            }
+        }
+    }
+
+    /// Removes the link to `p`; false if there was none.
+    fn remove(&mut self, p: Pid) -> bool {
+        match self {
+            Links::Few(v) => match v.iter().position(|x| *x == p) {
+                Some(i) => {
+                    v.swap_remove(i);
+                    true
+                }
+                None => false,
+            },
+            Links::Many(set) => set.remove(&p),
+        }
+    }
+
+    /// Removes every link (a reused slot keeps a vector's allocation, not a set's).
+    fn clear(&mut self) {
+        match self {
+            Links::Few(v) => v.clear(),
+            Links::Many(_) => *self = Links::default(),
+        }
+    }
+
+    /// The linked pids, in no particular order.
+    fn into_pids(self) -> impl Iterator<Item = Pid> {
+        let (few, many) = match self {
+            Links::Few(v) => (Some(v), None),
+            Links::Many(set) => (None, Some(set)),
+        };
+        few.into_iter().flatten().chain(many.into_iter().flat_map(|set| *set))
+    }
+}
+
 pub(crate) struct MonitorEntry {
     id: u64,
     sink: Arc<dyn SignalSink>,
@@ -117,7 +199,7 @@ pub(crate) struct ProcState {
     pub(crate) gen: u32,
     pub(crate) sink: Option<Arc<dyn SignalSink>>,
     pub(crate) trap_exit: bool,
-    links: Vec<Pid>,
+    links: Links,
     monitors: Vec<MonitorEntry>,
     pub(crate) name: Option<String>,
     /// Reason for a pending `Cancel::Exit`.
@@ -163,7 +245,7 @@ impl ProcSlot {
                 gen,
                 sink: None,
                 trap_exit: false,
-                links: Vec::new(),
+                links: Links::default(),
                 monitors: Vec::new(),
                 name: None,
                 exit_reason: None,
@@ -355,7 +437,7 @@ pub(crate) fn setup_child(sh: &Shared, child: Pid, sink: Option<Arc<dyn SignalSi
         let st = slot.state_for(child.generation());
         st.sink = sink;
         if let Some(p) = link_to {
-            st.links.push(p);
+            st.links.insert(p);
         }
     }
     if let Some(parent) = link_to {
@@ -378,10 +460,7 @@ pub(crate) fn setup_child_monitor(sh: &Shared, child: Pid, watcher_sink: Arc<dyn
 fn add_link(sh: &Shared, parent: Pid, child: Pid) {
     if let Some(lock) = proc_lock(sh, parent) {
         let mut slot = lock.lock();
-        let st = slot.state_for(parent.generation());
-        if !st.links.contains(&child) {
-            st.links.push(child);
-        }
+        slot.state_for(parent.generation()).links.insert(child);
     }
 }
 
@@ -453,9 +532,9 @@ pub fn link(pid: Pid) -> Result<(), DownReason> {
     let had_half = {
         let mut slot = proc_lock(sh, me).expect("own slot").lock();
         let st = slot.state_for(me.generation());
-        let had = st.links.contains(&pid);
+        let had = st.links.contains(pid);
         if !had {
-            st.links.push(pid);
+            st.links.insert(pid);
         }
         had
     };
@@ -463,10 +542,7 @@ pub fn link(pid: Pid) -> Result<(), DownReason> {
         Some(lock) => {
             let mut slot = lock.lock();
             if alive_locked(sh, &slot, pid) {
-                let st = slot.state_for(pid.generation());
-                if !st.links.contains(&me) {
-                    st.links.push(me);
-                }
+                slot.state_for(pid.generation()).links.insert(me);
                 true
             } else {
                 false
@@ -482,7 +558,7 @@ pub fn link(pid: Pid) -> Result<(), DownReason> {
         let mut slot = proc_lock(sh, me).expect("own slot").lock();
         let st = slot.state_for(me.generation());
         if !had_half {
-            st.links.retain(|p| *p != pid);
+            st.links.remove(pid);
         }
         st.trap_exit
     };
@@ -502,7 +578,7 @@ pub fn unlink(pid: Pid) {
         if let Some(lock) = proc_lock(sh, a) {
             let mut slot = lock.lock();
             if let Some(st) = slot.existing(a.generation()) {
-                st.links.retain(|p| *p != b);
+                st.links.remove(b);
             }
         }
     }
@@ -660,7 +736,7 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
         crate::runtime::user_drop::drop_caught(action);
     }
     // Links: `Killed` propagates as `Killed` (trappable for the receivers).
-    for l in links {
+    for l in links.into_pids() {
         send_link_exit(sh, pid, l, reason);
     }
 }
@@ -678,9 +754,7 @@ fn send_link_exit(sh: &Shared, from: Pid, to: Pid, reason: &DownReason) {
             return;
         }
         let Some(st) = slot.existing(to.generation()) else { return };
-        let before = st.links.len();
-        st.links.retain(|p| *p != from);
-        if st.links.len() == before {
+        if !st.links.remove(from) {
             return; // unlinked meanwhile
         }
         if st.trap_exit {

@@ -3,8 +3,15 @@
 //!
 //! A supervisor is an actor that traps exits and is linked to each child. Children are
 //! started in spec order by calling each spec's start function *in the supervisor*, which
-//! must return the pid of a child linked to the caller (`spawn_link`,
-//! `gen_server::start_link`, or a nested [`start_link`]).
+//! should return the pid of a child linked to the caller (`spawn_link`,
+//! `gen_server::start_link`, or a nested [`start_link`]), as OTP requires of start functions.
+//! A start function that returns a child it did not link (`spawn`, `gen_server::start`) is
+//! not refused: the supervisor links the child itself, so that its end is seen and the child
+//! is restarted and stopped like any other (OTP does not check, and such a child would go
+//! unsupervised). If that child has already ended, the link fails with `NoProc`, which the
+//! supervisor takes as the child's exit with reason `NoProc` (a trapping process linking a
+//! dead pid in OTP gets `{'EXIT', Pid, noproc}` too): an abnormal exit, restarted by the
+//! child's restart type.
 //!
 //! A start function that panics fails like one that returns `Err`, with the panic as the
 //! reason (smarm's own stop unwinds, kill and exit signals, are not caught: they go on).
@@ -33,6 +40,14 @@
 //! `shutdown/2`, the child is monitored for the wait (a child that unlinked itself sends no
 //! exit signal, but its Down comes), then unlinked, and an exit signal it sent is dropped.
 //!
+//! The dynamic children of a `SimpleOneForOne` supervisor are stopped all at once, in time
+//! linear in their number (`Sup::stop_dynamic`): as OTP's `monitor_child` did, each is
+//! monitored and unlinked, and the exit signals they already sent are dropped in one pass
+//! over the mailbox, *before* any is signalled; so their ends send the supervisor only
+//! Downs, which it collects looking at each queued envelope once. (A supervisor killed
+//! meanwhile leaves the children it had not stopped yet unlinked and running, as in OTP,
+//! whose documentation asks for an `Infinity` shutdown for supervisors for this reason.)
+//!
 //! A supervisor started by a non-supervisor actor is a *root* supervisor: when the runtime's
 //! root actor returns (or [`crate::shutdown`] is called), root supervisors are stopped in
 //! reverse start order, each stopping its tree, before the remaining actors are shut down.
@@ -46,6 +61,7 @@ use std::time::{Duration, Instant};
 use crate::channel::{oneshot, OneshotSender};
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, Cancelled, DownReason, Exit, MonitorRef};
+use crate::runtime::WaitLimit;
 use crate::slot_state::Pid;
 
 /// When a child is restarted.
@@ -92,7 +108,8 @@ pub enum Strategy {
     SimpleOneForOne,
 }
 
-/// The start function of a child: runs in the supervisor, returns a child linked to it.
+/// The start function of a child: runs in the supervisor, returns a child linked to it (one
+/// it did not link, the supervisor links: see the module doc).
 pub type StartFn = Arc<dyn Fn() -> Result<Pid, DownReason> + Send + Sync>;
 
 /// How to start and manage one child.
@@ -100,7 +117,8 @@ pub type StartFn = Arc<dyn Fn() -> Result<Pid, DownReason> + Send + Sync>;
 pub struct ChildSpec {
     /// Name within the supervisor.
     pub id: String,
-    /// Starts the child (linked to the caller) and returns its pid.
+    /// Starts the child (linked to the caller; if not, the supervisor links it) and returns
+    /// its pid.
     pub start: StartFn,
     /// When to restart.
     pub restart: Restart,
@@ -305,10 +323,22 @@ struct SupMarker;
 /// panic's reason, as OTP runs start functions under `catch`; smarm's own stop unwind (a
 /// kill, an exit signal, the runtime's shutdown, raised while the function waited) is not
 /// the child's failure but the supervisor's end: it goes on.
+///
+/// The child is linked to the supervisor on return, whether or not the start function
+/// linked it (the module doc): `link` adds nothing to an existing link, and for a child
+/// already gone it queues the trapping supervisor an `Exit { from: child, reason: NoProc }`
+/// (or the child's own exit signal is already queued), which the supervisor handles as the
+/// child's exit.
 #[inline(never)]
 fn call_start(spec: &ChildSpec) -> Result<Pid, DownReason> {
     match catch_unwind(AssertUnwindSafe(|| (spec.start)())) {
-        Ok(r) => r,
+        Ok(Ok(pid)) => {
+            // The supervisor traps exits: `link` reports a dead child as a queued `Exit`,
+            // never as an error.
+            let _ = crate::process::link(pid);
+            Ok(pid)
+        }
+        Ok(Err(reason)) => Err(reason),
         Err(payload) => match payload.downcast::<Cancelled>() {
             Ok(stop) => {
                 // `resume_unwind` skips the panic hook, which is what marks an actor as
@@ -519,53 +549,74 @@ impl Sup {
     }
 
     /// Stops every child in reverse start order; the dynamic children of a
-    /// `SimpleOneForOne` supervisor in parallel (all signalled, then all awaited).
+    /// `SimpleOneForOne` supervisor in parallel ([`Sup::stop_dynamic`]).
     fn stop_all(&mut self) {
-        if self.flags.strategy != Strategy::SimpleOneForOne {
+        if self.flags.strategy == Strategy::SimpleOneForOne {
+            self.stop_dynamic();
+        } else {
             for i in (0..self.children.len()).rev() {
                 self.stop_child(i);
             }
-            return;
         }
+    }
+
+    /// Stops the dynamic children all at once (OTP's `terminate_dynamic_children`, with the
+    /// unlink first as its `monitor_child`), in time linear in their number:
+    ///
+    /// 1. Monitor each child (one already gone gets a `NoProc` Down), and unlink it.
+    /// 2. Drop the exit signals the children sent before their unlink, in one pass over the
+    ///    mailbox: once `unlink` has returned, a child's exit signal is queued or never comes.
+    ///    From here a child's end reaches the supervisor as its Down only.
+    /// 3. Signal each: `kill` for `BrutalKill`, else an exit signal `Shutdown`.
+    /// 4. Collect the Downs, each queued envelope looked at once (`Mailbox::recv_all_match`,
+    ///    not one selective receive per Down, which would rescan what is queued ahead of it).
+    ///    At a `Timeout` deadline, kill the children not ended yet and wait for them.
+    fn stop_dynamic(&mut self) {
         let Some(spec) = self.children.first().map(|c| c.spec.clone()) else { return };
         let pids: Vec<Pid> = self.children.iter_mut().filter_map(|c| c.pid.take()).collect();
-        // Monitored before they are signalled, as in `stop_child`.
-        let mut left: HashSet<MonitorRef> = pids.iter().map(|&pid| crate::process::monitor(pid)).collect();
+        let mut left: HashSet<MonitorRef> = HashSet::with_capacity(pids.len());
+        for &pid in &pids {
+            left.insert(crate::process::monitor(pid));
+            crate::process::unlink(pid);
+        }
+        let unlinked: HashSet<Pid> = pids.iter().copied().collect();
+        let mut flushed = Vec::new();
+        self.mb.recv_all_match(
+            WaitLimit::For(Duration::ZERO),
+            &mut 0,
+            |e| matches!(e, Envelope::Exit(x) if unlinked.contains(&x.from)),
+            &mut flushed,
+        );
+        drop(flushed);
         for &pid in &pids {
             match spec.shutdown {
                 Shutdown::BrutalKill => crate::process::kill(pid),
                 _ => crate::process::exit(pid, DownReason::Shutdown),
             }
         }
-        let deadline = match spec.shutdown {
-            Shutdown::Timeout(d) => Some(crate::timer::deadline_after(Instant::now(), d)),
-            _ => None,
+        let mut limit = match spec.shutdown {
+            Shutdown::Timeout(d) => WaitLimit::Until(crate::timer::deadline_after(Instant::now(), d)),
+            _ => WaitLimit::Forever,
         };
-        let mut killed = false;
+        // Envelopes already looked at: what stays queued ahead of the Downs is not a Down of
+        // a child still `left`, and never becomes one.
+        let mut seen = 0;
+        let mut downs = Vec::new();
         while !left.is_empty() {
-            let timeout = if killed { None } else { deadline.map(|d| d.saturating_duration_since(Instant::now())) };
-            match self.mb.recv_match(timeout, |e| matches!(e, Envelope::Down(d) if left.contains(&d.monitor))) {
-                Some(Envelope::Down(d)) => {
-                    left.remove(&d.monitor);
-                }
-                _ => {
-                    // Timed out: kill the rest and wait for them.
-                    for m in &left {
-                        crate::process::kill(m.target());
+            let pred = |e: &Envelope<SupMsg>| matches!(e, Envelope::Down(d) if left.contains(&d.monitor));
+            if self.mb.recv_all_match(limit, &mut seen, pred, &mut downs) {
+                for e in downs.drain(..) {
+                    if let Envelope::Down(d) = e {
+                        left.remove(&d.monitor);
                     }
-                    killed = true;
                 }
+            } else {
+                // The deadline passed: kill the rest and wait for them.
+                for m in &left {
+                    crate::process::kill(m.target());
+                }
+                limit = WaitLimit::Forever;
             }
-        }
-        // As `unlink_flush`, for all of them (one pass over the exit signals).
-        for &pid in &pids {
-            crate::process::unlink(pid);
-        }
-        let mut linked: HashSet<Pid> = pids.into_iter().collect();
-        while let Some(Envelope::Exit(x)) =
-            self.mb.recv_match(Some(Duration::ZERO), |e| matches!(e, Envelope::Exit(x) if linked.contains(&x.from)))
-        {
-            linked.remove(&x.from);
         }
     }
 }

@@ -54,7 +54,8 @@
 //!   normal_exit_over_a_link_does_not_kill_a_non_trapping_peer,
 //!   killed_propagates_over_links_as_a_trappable_killed
 //! - at most one link per pair; `link` twice then `unlink` once removes it:
-//!   link_twice_delivers_a_single_exit, link_twice_then_unlink_once_removes_the_link
+//!   link_twice_delivers_a_single_exit, link_twice_then_unlink_once_removes_the_link,
+//!   (an actor with many links, which smarm keeps in a set) many_links_keep_one_link_per_pair
 //! - after `unlink` returns the link has no further effect:
 //!   unlink_removes_the_link_for_both_sides, non_trapping_caller_survives_peer_death_after_unlink,
 //!   no_exit_signal_arrives_after_unlink_returns_while_the_peer_is_exiting,
@@ -1144,6 +1145,46 @@ fn link_twice_then_unlink_once_removes_the_link() {
         smarm::unlink(h.pid());
         go_tx.send(()).unwrap();
         assert!(h.join().is_err());
+        assert_no_signal_queued();
+    });
+}
+
+#[test]
+fn many_links_keep_one_link_per_pair() {
+    run(|| {
+        smarm::trap_exit(true);
+        const N: usize = 40;
+        let (go_tx, go_rx) = smarm::channel::watch(false);
+        let peers: Vec<_> = (0..N)
+            .map(|_| {
+                let mut go = go_rx.clone();
+                let h = smarm::spawn(move || {
+                    go.changed().unwrap();
+                    panic!("peer ends");
+                });
+                smarm::link(h.pid()).unwrap();
+                smarm::link(h.pid()).unwrap();
+                h
+            })
+            .collect();
+        // Every other link removed (one `unlink` after two `link`s).
+        let mut linked = std::collections::HashSet::new();
+        for (i, h) in peers.iter().enumerate() {
+            if i % 2 == 0 {
+                smarm::unlink(h.pid());
+            } else {
+                linked.insert(h.pid());
+            }
+        }
+        go_tx.send(true);
+        for h in peers {
+            assert!(h.join().is_err());
+        }
+        // One exit signal per remaining link, none from the unlinked peers.
+        for _ in 0..N / 2 {
+            let x = next_exit();
+            assert!(linked.remove(&x.from), "unexpected or repeated exit from {}", x.from);
+        }
         assert_no_signal_queued();
     });
 }

@@ -66,16 +66,22 @@
 //!   nested_supervisor_stops_its_own_tree_first
 //! - dynamic children in parallel:
 //!   dynamic_children_stop_in_parallel
+//! - many dynamic children (OTP's `terminate_dynamic_children`): each ends with `Shutdown`,
+//!   all before the supervisor, none left:
+//!   stopping_many_dynamic_children_ends_each_with_shutdown_before_the_supervisor
 //! - (OTP `shutdown/2`) a child is monitored while it is stopped, so one that is not linked
 //!   to the supervisor (it unlinked itself) is stopped all the same:
 //!   unlinked_children_are_stopped_per_their_shutdown_spec,
 //!   unlinked_dynamic_children_are_stopped_too
+//! - a child the start function did not link is linked by the supervisor:
+//!   child_started_without_a_link_is_linked_and_restarted_when_it_crashes,
+//!   child_started_without_a_link_that_already_ended_is_restarted
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use smarm::channel::{channel, watch, Receiver, Sender};
+use smarm::channel::{channel, oneshot, watch, OneshotReceiver, OneshotSender, Receiver, Sender};
 use smarm::gen_server::{self, CallResult, Flow, From, GenServer, InitResult};
 use smarm::supervisor::{self, ChildSpec, Restart, Shutdown, Strategy, SupFlags, SupStartError, SupervisorRef};
 use smarm::{DownReason, Exit, JoinHandle, Pid, Runtime, Signal};
@@ -144,12 +150,26 @@ enum Kind {
     Slow(Duration),
 }
 
+/// How a child's start function leaves the link between the child and the supervisor.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// `spawn_link`, as a start function should.
+    Linked,
+    /// Plain `spawn`: the start function does not link (the supervisor must).
+    Unlinked,
+    /// `spawn_link`, and the child unlinks itself from the supervisor when told
+    /// ([`Started::unlink_itself`]): OTP's "naughty child".
+    Naughty,
+}
+
 /// One started child instance, reported by its start function.
 struct Started {
     id: String,
     pid: Pid,
     cmd: Sender<Cmd>,
     handle: JoinHandle<()>,
+    /// For a `Link::Naughty` child: tells it to unlink itself, and its acknowledgement.
+    unlink: Option<(OneshotSender<()>, OneshotReceiver<()>)>,
 }
 
 impl Started {
@@ -157,6 +177,13 @@ impl Started {
     fn end(self, how: Cmd) -> Result<(), DownReason> {
         self.cmd.send(how).unwrap();
         self.handle.join()
+    }
+
+    /// Makes a `Link::Naughty` child unlink itself from the supervisor; returns once it has.
+    fn unlink_itself(&mut self) {
+        let (go, ack) = self.unlink.take().expect("not a naughty child");
+        go.send(()).unwrap();
+        ack.recv().expect("the child did not unlink itself");
     }
 }
 
@@ -215,30 +242,52 @@ impl Harness {
     /// A worker spec whose start function spawns a linked child of `kind`, logs
     /// `start:id`, and reports the instance.
     fn spec(&self, id: &str, kind: Kind) -> ChildSpec {
+        self.spec_linking(id, kind, Link::Linked)
+    }
+
+    /// [`Harness::spec`] whose start function leaves the link as `link` says.
+    fn spec_linking(&self, id: &str, kind: Kind, link: Link) -> ChildSpec {
         let h = self.clone();
         let id2 = id.to_string();
-        ChildSpec::worker(id, move || Ok(h.start_instance(&id2, kind)))
+        ChildSpec::worker(id, move || Ok(h.start_linking(&id2, kind, link)))
     }
 
     fn start_instance(&self, id: &str, kind: Kind) -> Pid {
+        self.start_linking(id, kind, Link::Linked)
+    }
+
+    fn start_linking(&self, id: &str, kind: Kind, link: Link) -> Pid {
         let (cmd_tx, cmd_rx) = channel();
         let log = self.log.clone();
         let id = id.to_string();
         push(&self.log, format!("start:{id}"));
         let id2 = id.clone();
         let trapping = !matches!(kind, Kind::Plain);
-        let (ready_tx, ready_rx) = smarm::channel::oneshot::<()>();
-        let handle = smarm::spawn_link(move || {
+        let (ready_tx, ready_rx) = oneshot::<()>();
+        let (go_tx, go_rx) = oneshot::<()>();
+        let (ack_tx, ack_rx) = oneshot::<()>();
+        // Start functions run in the supervisor.
+        let sup = smarm::current_pid();
+        let body = move || {
             if trapping {
                 smarm::trap_exit(true);
             }
             ready_tx.send(()).unwrap();
+            if link == Link::Naughty && go_rx.recv().is_ok() {
+                smarm::unlink(sup);
+                ack_tx.send(()).unwrap();
+            }
             child_body(id2, log, kind, cmd_rx)
-        });
+        };
+        let handle = match link {
+            Link::Unlinked => smarm::spawn(body),
+            Link::Linked | Link::Naughty => smarm::spawn_link(body),
+        };
         // Trapping children are ready for the supervisor's signals before it goes on.
         ready_rx.recv().unwrap();
         let pid = handle.pid();
-        let _ = self.started.send(Started { id, pid, cmd: cmd_tx, handle });
+        let unlink = (link == Link::Naughty).then_some((go_tx, ack_rx));
+        let _ = self.started.send(Started { id, pid, cmd: cmd_tx, handle, unlink });
         pid
     }
 }
@@ -1158,20 +1207,6 @@ fn dynamic_children_stop_in_parallel() {
     });
 }
 
-/// `spec` with a start function that returns its child unlinked from the supervisor (as if
-/// the child had unlinked itself).
-fn unlinked(spec: ChildSpec) -> ChildSpec {
-    let start = spec.start.clone();
-    ChildSpec {
-        start: Arc::new(move || {
-            let pid = start()?;
-            smarm::unlink(pid);
-            Ok(pid)
-        }),
-        ..spec
-    }
-}
-
 /// Runs `f` on `sup` from a helper and returns its result. Fails after the guard time (and
 /// kills the supervisor, so that the runtime's shutdown does not wait for it either).
 fn within_guard<T: Send + 'static>(sup: &SupervisorRef, f: impl FnOnce(&SupervisorRef) -> T + Send + 'static) -> T {
@@ -1193,15 +1228,19 @@ fn within_guard<T: Send + 'static>(sup: &SupervisorRef, f: impl FnOnce(&Supervis
 fn unlinked_children_are_stopped_per_their_shutdown_spec() {
     run(|| {
         let (h, rx) = harness();
+        let naughty = |id, kind| h.spec_linking(id, kind, Link::Naughty);
         let specs = vec![
-            unlinked(h.spec("k", Kind::Ignore).shutdown(Shutdown::BrutalKill)),
-            unlinked(h.spec("t", Kind::Ignore).shutdown(Shutdown::Timeout(20 * MS))),
-            unlinked(h.spec("i", Kind::Slow(MS)).shutdown(Shutdown::Infinity)),
-            unlinked(h.spec("p", Kind::Plain).shutdown(Shutdown::Timeout(Duration::from_secs(5)))),
-            unlinked(h.spec("x", Kind::Plain).shutdown(Shutdown::Timeout(Duration::from_secs(5)))),
+            naughty("k", Kind::Ignore).shutdown(Shutdown::BrutalKill),
+            naughty("t", Kind::Ignore).shutdown(Shutdown::Timeout(20 * MS)),
+            naughty("i", Kind::Slow(MS)).shutdown(Shutdown::Infinity),
+            naughty("p", Kind::Plain).shutdown(Shutdown::Timeout(Duration::from_secs(5))),
+            naughty("x", Kind::Plain).shutdown(Shutdown::Timeout(Duration::from_secs(5))),
         ];
         let sup = supervisor::start_link(flags(Strategy::OneForOne), specs).unwrap();
         let mut kids: Vec<Started> = (0..5).map(|_| next_started(&rx)).collect();
+        for k in &mut kids {
+            k.unlink_itself();
+        }
         // terminate_child too.
         let x = kids.pop().unwrap();
         let pid = x.pid;
@@ -1227,12 +1266,14 @@ fn unlinked_children_are_stopped_per_their_shutdown_spec() {
 fn unlinked_dynamic_children_are_stopped_too() {
     run(|| {
         let (h, rx) = harness();
-        let spec = unlinked(h.spec("w", Kind::Ignore).shutdown(Shutdown::Timeout(20 * MS)));
+        let spec = h.spec_linking("w", Kind::Ignore, Link::Naughty).shutdown(Shutdown::Timeout(20 * MS));
         let sup = supervisor::start_link(flags(Strategy::SimpleOneForOne), vec![spec]).unwrap();
         let mut kids: Vec<Started> = (0..3)
             .map(|_| {
                 sup.start_child().unwrap();
-                next_started(&rx)
+                let mut k = next_started(&rx);
+                k.unlink_itself();
+                k
             })
             .collect();
         let first = kids.remove(0);
@@ -1243,5 +1284,92 @@ fn unlinked_dynamic_children_are_stopped_too() {
         for k in kids {
             assert_eq!(k.handle.join(), Err(DownReason::Killed));
         }
+    });
+}
+
+#[test]
+fn stopping_many_dynamic_children_ends_each_with_shutdown_before_the_supervisor() {
+    run(|| {
+        const N: usize = 10_000;
+        // Parked for good, not trapping exits: each ends with the supervisor's `Shutdown`.
+        let spec = ChildSpec::worker("w", || {
+            Ok(smarm::spawn_link(|| loop {
+                smarm::recv_signal();
+            })
+            .pid())
+        });
+        let sup = supervisor::start_link(flags(Strategy::SimpleOneForOne), vec![spec]).unwrap();
+        let mut watched = std::collections::HashMap::new();
+        for _ in 0..N {
+            let pid = sup.start_child().unwrap();
+            watched.insert(smarm::monitor(pid), pid);
+        }
+        assert_eq!(sup.which_children().len(), N);
+        let sup_monitor = smarm::monitor(sup.pid());
+        within_guard(&sup, |s| s.stop());
+        // Every child's Down comes before the supervisor's: it waited for all of them.
+        for _ in 0..N {
+            let d = next_down();
+            let pid = watched.remove(&d.monitor).unwrap_or_else(|| panic!("unexpected {d:?}"));
+            assert_eq!((d.pid, d.reason), (pid, DownReason::Shutdown));
+        }
+        assert!(watched.is_empty());
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (sup_monitor, DownReason::Normal));
+        assert_eq!(sup.which_children(), Vec::new());
+    });
+}
+
+#[test]
+fn child_started_without_a_link_is_linked_and_restarted_when_it_crashes() {
+    run(|| {
+        let (h, rx) = harness();
+        let specs = vec![h.spec_linking("a", Kind::Plain, Link::Unlinked)];
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), specs).unwrap();
+        let a = next_started(&rx);
+        assert!(a.end(Cmd::Panic).is_err());
+        // The crash was seen: restarted (and linked again: its crash is seen too).
+        let a2 = next_started(&rx);
+        assert_eq!(sup.which_children(), vec![("a".to_string(), a2.pid)]);
+        assert!(a2.end(Cmd::Panic).is_err());
+        let a3 = next_started(&rx);
+        assert_eq!(sup.which_children(), vec![("a".to_string(), a3.pid)]);
+        // A dynamic child likewise.
+        let spec = h.spec_linking("w", Kind::Plain, Link::Unlinked);
+        let dyn_sup = supervisor::start_link(flags(Strategy::SimpleOneForOne), vec![spec]).unwrap();
+        let pid = dyn_sup.start_child().unwrap();
+        let w = next_started(&rx);
+        assert_eq!(w.pid, pid);
+        assert!(w.end(Cmd::Panic).is_err());
+        let w2 = next_started(&rx);
+        assert_eq!(dyn_sup.which_children(), vec![("w".to_string(), w2.pid)]);
+        // And it is stopped with the supervisor like a linked one.
+        dyn_sup.stop();
+        assert_eq!(w2.handle.join(), Err(DownReason::Shutdown));
+        assert_none_started(&rx);
+    });
+}
+
+#[test]
+fn child_started_without_a_link_that_already_ended_is_restarted() {
+    run(|| {
+        let (h, rx) = harness();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let h2 = h.clone();
+        let spec = ChildSpec::worker("a", move || {
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                // An unlinked child that has ended before the supervisor can link it.
+                let gone = smarm::spawn(|| ());
+                let pid = gone.pid();
+                gone.join().unwrap();
+                return Ok(pid);
+            }
+            Ok(h2.start_instance("a", Kind::Plain))
+        });
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), vec![spec]).unwrap();
+        // Linking the ended child fails with `NoProc`: an exit like any other, restarted.
+        let a = next_started(&rx);
+        assert_eq!(sup.which_children(), vec![("a".to_string(), a.pid)]);
+        assert_none_started(&rx);
     });
 }

@@ -1,6 +1,7 @@
 //! `smarm::sync`: `Mutex` (mutual exclusion with the guard held across switches, `try_lock`,
 //! FIFO hand-off, release on panic and on shutdown), `Barrier` (one leader per generation,
-//! reusable) and `WaitGroup`, from actors, plain OS threads, and both at once.
+//! reusable) and `WaitGroup` (with `add`/`done`, and participants whose drop counts as
+//! done), from actors, plain OS threads, and both at once.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -8,7 +9,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use smarm::channel::{oneshot, OneshotReceiver, RecvError};
-use smarm::sync::{Barrier, Mutex, WaitGroup};
+use smarm::sync::{Barrier, Mutex, Participant, WaitGroup};
 use smarm::{DownReason, Runtime};
 
 /// Bounds waits that only end if a wake-up works (a lost wake fails instead of hanging).
@@ -538,4 +539,101 @@ fn wait_group_done_more_times_than_add_panics_with_a_message() {
         s.spawn(|| wg.done());
         wg.wait();
     });
+}
+
+/// Moves `p` into a new actor or plain thread that waits for `go`, then panics (before it
+/// is done) if `fail`, else returns. No `catch_unwind` around it: the actor's or the
+/// thread's own unwind drops `p`. Returns whether the task ended in a panic.
+fn participant_task(on: On, p: Participant, fail: bool, mut go: smarm::channel::WatchReceiver<bool>) -> Task<bool> {
+    let body = move || {
+        let _p = p;
+        go.changed().unwrap();
+        assert!(!fail, "the task fails before it is done");
+    };
+    let (tx, rx) = oneshot();
+    match on {
+        On::Actor => {
+            let h = smarm::spawn(body);
+            drop(smarm::spawn(move || {
+                let _ = tx.send(Ok(h.join().is_err()));
+            }));
+        }
+        On::Thread => {
+            let t = std::thread::spawn(body);
+            drop(std::thread::spawn(move || {
+                let _ = tx.send(Ok(t.join().is_err()));
+            }));
+        }
+    }
+    Task(rx)
+}
+
+#[test]
+fn wait_group_participant_that_panics_counts_as_done_and_the_waiter_returns() {
+    let body = |mix: Mix| {
+        let wg = WaitGroup::new();
+        const N: usize = 6;
+        let (go_tx, go_rx) = smarm::channel::watch(false);
+        let tasks: Vec<_> =
+            (0..N).map(|i| participant_task(mix.nth(i), wg.participant(), i % 2 == 0, go_rx.clone())).collect();
+        assert_eq!(wg.count(), N);
+        go_tx.send(true);
+        // Half the tasks panic before they are done: their participants are dropped by the
+        // unwind, so the wait returns.
+        wg.wait();
+        assert_eq!(wg.count(), 0);
+        let panicked: Vec<bool> = tasks.into_iter().map(Task::join).collect();
+        assert_eq!(panicked, (0..N).map(|i| i % 2 == 0).collect::<Vec<_>>());
+    };
+    for mix in [Mix::Actors, Mix::Threads, Mix::Mixed] {
+        if let Err(e) = quiet_rt(2).run(move || body(mix)) {
+            panic!("root on an actor, helpers {mix:?}: {e}");
+        }
+    }
+    // A plain-thread root, plain-thread tasks (their panics print: no runtime to quiet them).
+    body(Mix::Threads);
+}
+
+#[test]
+fn wait_group_participant_of_a_killed_actor_counts_as_done() {
+    quiet_rt(2)
+        .run(|| {
+            let wg = WaitGroup::new();
+            let p = wg.participant();
+            let h = smarm::spawn(move || {
+                let _p = p;
+                loop {
+                    smarm::sleep(Duration::from_secs(3600));
+                }
+            });
+            smarm::kill(h.pid());
+            wg.wait();
+            assert_eq!(h.join(), Err(DownReason::Killed));
+        })
+        .unwrap();
+}
+
+#[test]
+fn wait_group_participant_clone_adds_a_task_and_drop_or_done_ends_one() {
+    let wg = WaitGroup::new();
+    let p = wg.participant();
+    assert_eq!(wg.count(), 1);
+    let q = p.clone();
+    assert_eq!(wg.count(), 2);
+    assert_eq!(format!("{q:?}"), "Participant { count: 2 }");
+    // Participants and add/done share the count.
+    wg.add(1);
+    assert_eq!(p.wait_group().count(), 3);
+    wg.done();
+    drop(p);
+    assert_eq!(wg.count(), 1);
+    let t = std::thread::spawn(move || q.done());
+    wg.wait();
+    t.join().unwrap();
+    assert_eq!(wg.count(), 0);
+    // A participant whose task an extra `done` already ended: its drop does not panic.
+    let r = wg.participant();
+    wg.done();
+    drop(r);
+    assert_eq!(wg.count(), 0);
 }
