@@ -154,13 +154,19 @@ fn connect_close_churn_leaves_fds_and_rss_flat() {
         .run(|| {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             let addr = l.local_addr().unwrap();
+            // Connection actors that have ended (and so closed their sockets).
+            let ended = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let ended2 = ended.clone();
             let server = smarm::spawn(move || {
                 for _ in 0..WARMUP + CYCLES {
                     let (s, _) = l.accept().unwrap();
                     // Each connection gets its actor, as a server would.
+                    let ended = ended2.clone();
                     smarm::spawn(move || {
                         let mut b = [0u8; 1];
                         let _ = (&s).read(&mut b);
+                        drop(s);
+                        ended.fetch_add(1, std::sync::atomic::Ordering::Release);
                     });
                 }
             });
@@ -174,8 +180,10 @@ fn connect_close_churn_leaves_fds_and_rss_flat() {
                 drop(c);
             }
             server.join().unwrap();
-            // Let the last connection actors see their resets and end.
-            while smarm::__private::Diagnostics::current().unwrap().io_waiters() != 0 {
+            // Every connection actor has seen its reset, closed its socket and ended (its
+            // counter is bumped after the close). Waiting for parked readers alone was not
+            // enough: an actor woken but not yet run still holds its socket.
+            while ended.load(std::sync::atomic::Ordering::Acquire) != WARMUP + CYCLES {
                 smarm::yield_now();
             }
             marks.push((open_fds(), rss_kib()));
