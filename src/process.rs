@@ -753,26 +753,39 @@ pub(crate) fn ext_of(pid: Pid) -> Option<Arc<dyn Any + Send + Sync>> {
     slot.existing(pid.generation()).and_then(|s| s.ext.clone())
 }
 
-/// Records a `pg` membership of a live actor. Returns false if it is not alive.
-pub(crate) fn pg_joined(sh: &Shared, pid: Pid, group: &str) -> bool {
+/// Adds one `pg` membership of the live actor `pid` in `group`: recorded in its process state
+/// and in the runtime's table in one critical section of its proc lock, so that its exit
+/// (which removes its memberships under that lock, [`on_exit`]) comes entirely before or
+/// entirely after (`groups` module doc). Returns false, adding nothing, if it is not alive.
+pub(crate) fn pg_join(sh: &Shared, pid: Pid, group: &str) -> bool {
     let Some(lock) = proc_lock(sh, pid) else { return false };
     let mut slot = lock.lock();
     if !alive_locked(sh, &slot, pid) {
         return false;
     }
     slot.state_for(pid.generation()).groups.push(group.to_string());
+    // Rank Pg above Process: taken inside the proc lock, as in `on_exit`.
+    world(sh).groups.lock().add_member(group, pid);
     true
 }
 
-/// Forgets one `pg` membership of an actor.
-pub(crate) fn pg_left(sh: &Shared, pid: Pid, group: &str) {
-    if let Some(lock) = proc_lock(sh, pid) {
-        if let Some(st) = lock.lock().existing(pid.generation()) {
-            if let Some(i) = st.groups.iter().position(|g| g == group) {
-                st.groups.swap_remove(i);
-            }
+/// Removes one `pg` membership of `pid` in `group`, from the runtime's table and from its
+/// process state in one critical section of its proc lock (as [`pg_join`]). Returns false if
+/// it had none.
+pub(crate) fn pg_leave(sh: &Shared, pid: Pid, group: &str) -> bool {
+    // A pid of another runtime (or a slot never used) has no proc lock and no membership
+    // here; the table is still asked, which says so.
+    let Some(lock) = proc_lock(sh, pid) else { return world(sh).groups.lock().remove_one(group, pid) };
+    let mut slot = lock.lock();
+    if !world(sh).groups.lock().remove_one(group, pid) {
+        return false;
+    }
+    if let Some(st) = slot.existing(pid.generation()) {
+        if let Some(i) = st.groups.iter().position(|g| g == group) {
+            st.groups.swap_remove(i);
         }
     }
+    true
 }
 
 /// Records a supervisor started by a non-supervisor in the calling actor's runtime (stopped,
