@@ -39,6 +39,8 @@
 //!   a_state_enter_call_may_not_change_the_state_postpone_insert_or_reply
 //! - (gen_server parity) stop runs terminate then replies:
 //!   stop_transition_runs_terminate_before_the_reply
+//! - (gen_server parity, OTP's `calling_self`) `stop` or `call` of the machine from itself:
+//!   stop_or_call_of_itself_is_calling_self
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -843,4 +845,45 @@ fn blocker<const ENTER: bool>(m: &StatemRef<Probe<ENTER>>) -> Sender<()> {
     let (tx, rx) = channel();
     m.cast(Cmd::Block(rx));
     tx
+}
+
+/// A machine that, given its own handle, stops itself and calls itself, and reports what
+/// `stop` and `call` said (as OTP, both are `calling_self` errors).
+struct SelfCaller {
+    report: Sender<(Result<(), CallError>, Result<u32, CallError>)>,
+}
+
+impl GenStatem for SelfCaller {
+    type State = ();
+    type Call = ();
+    type Reply = u32;
+    type Cast = StatemRef<SelfCaller>;
+    type Info = ();
+
+    fn init(&mut self) -> Result<(), DownReason> {
+        Ok(())
+    }
+
+    fn handle_event(&mut self, _: &(), event: &Event<Self>) -> Transition<Self> {
+        match event {
+            Event::Cast(me) => {
+                self.report.send((me.stop(DownReason::Normal), me.call(()))).unwrap();
+                Transition::keep()
+            }
+            Event::Call(..) => Transition::keep().reply(7),
+            _ => Transition::keep(),
+        }
+    }
+}
+
+#[test]
+fn stop_or_call_of_itself_is_calling_self() {
+    run(|| {
+        let (tx, rx) = channel();
+        let m = gen_statem::start(SelfCaller { report: tx }).unwrap();
+        m.cast(m.clone());
+        assert_eq!(rx.recv_timeout(GUARD), Ok((Err(CallError::CallingSelf), Err(CallError::CallingSelf))));
+        // The machine goes on.
+        assert_eq!(m.call(()), Ok(7));
+    });
 }
