@@ -704,7 +704,7 @@ fn smarm_call_roundtrip_root() -> u64 {
         })
         .collect();
     let sum = clients.into_iter().map(|h| h.join().unwrap()).sum();
-    server.stop(smarm::DownReason::Normal);
+    server.stop(smarm::DownReason::Normal).unwrap();
     sum
 }
 

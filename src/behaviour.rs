@@ -1,14 +1,29 @@
 //! What the behaviours share (layer 4): the call protocol (a request carries a [`From`];
 //! the reply lands in the caller's frame or on a oneshot; a dropped `From` means the server
 //! died or dropped a deferred reply), the exit cell that tells callers why a server ended,
-//! ending a behaviour actor with a reason, start options and the start and call errors.
-//! `gen_server` and `gen_statem` are built on it and re-export its public types.
+//! ending a behaviour actor with a reason, stopping one, start options and the start and
+//! call errors. `gen_server` and `gen_statem` are built on it and re-export its public types.
+//!
+//! # A deferred reply does not outlive its server's interest in the call
+//!
+//! OTP's `call` monitors the server, so a caller fails as soon as the server dies, whoever
+//! holds the reply. Here a call is ended by its reply handle being dropped, which the
+//! server's death does unless the handle was deferred and given to someone else. So
+//! [`From::defer`] leaves a second handle on the call with the server (in an actor-local
+//! list, [`DEFERRED`]): one that can end the call without a reply and is used when the server
+//! ends (the list is dropped with the server's actor-local values, after its exit cell is
+//! set, so the caller finds the reason). Whichever of the reply, the drop of the deferred
+//! handle, the caller's timeout and the server's end comes first decides the call; the others
+//! do nothing. Servers that never defer pay nothing.
 
+use std::cell::RefCell;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::channel::{oneshot, OneshotSender, RecvTimeoutError, WatchReceiver, WatchSender};
 use crate::process::DownReason;
-use crate::reply::{NoReply, ReplySender, ReplyWait};
+use crate::raw_mutex::{Rank, RawMutex};
+use crate::reply::{CallCancel, NoReply, ReplySender, ReplyWait};
 use crate::runtime::WaitLimit;
 use crate::slot_state::Pid;
 
@@ -20,10 +35,11 @@ pub struct From<R> {
 }
 
 /// Where a reply goes: the calling actor's frame, or a oneshot (callers that are plain
-/// threads or actors of another runtime).
+/// threads or actors of another runtime), which a deferred reply shares with its server.
 enum Reply<R> {
     Frame(ReplySender<R>),
     Channel(OneshotSender<R>),
+    Shared(SharedOneshot<R>),
 }
 
 impl<R> Reply<R> {
@@ -33,8 +49,108 @@ impl<R> Reply<R> {
             Reply::Channel(tx) => {
                 let _ = tx.send(r);
             }
+            Reply::Shared(tx) => {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(r);
+                }
+            }
         }
     }
+}
+
+/// A deferred reply's oneshot, shared by the reply handle and its server's [`DEFERRED`]
+/// list: whichever takes the sender first replies (the handle) or closes the call (the
+/// server's end). Dropping the handle drops the sender, as an unshared one would.
+struct SharedOneshot<R>(Arc<RawMutex<Option<OneshotSender<R>>>>);
+
+impl<R> SharedOneshot<R> {
+    /// Takes the sender out (the lock is released before it is used or dropped: the
+    /// oneshot's own lock ranks equal).
+    fn take(&self) -> Option<OneshotSender<R>> {
+        self.0.lock().take()
+    }
+}
+
+impl<R> Drop for SharedOneshot<R> {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
+
+/// The server's side of a deferred call, type-erased for the [`DEFERRED`] list.
+trait PendingCall {
+    /// True while the call may still be answered.
+    fn is_pending(&self) -> bool;
+    /// Ends the call without a reply (the caller fails with `Down`), if it still waits.
+    fn close(&self);
+}
+
+impl<R: Send> PendingCall for RawMutex<Option<OneshotSender<R>>> {
+    /// The reply handle still holds the sender (a caller that gave up is not asked: its
+    /// oneshot's lock ranks equal; the entry goes when the handle does).
+    fn is_pending(&self) -> bool {
+        self.lock().is_some()
+    }
+    fn close(&self) {
+        let tx = self.lock().take();
+        drop(tx);
+    }
+}
+
+/// The calls a server deferred, by the server (see the module doc).
+enum Deferred {
+    /// A call of an actor of this runtime, waiting in its frame.
+    Frame(CallCancel),
+    /// A call waiting on a oneshot.
+    Oneshot(Arc<dyn PendingCall>),
+}
+
+impl Deferred {
+    fn is_pending(&self) -> bool {
+        match self {
+            Deferred::Frame(c) => c.is_pending(),
+            Deferred::Oneshot(c) => c.is_pending(),
+        }
+    }
+}
+
+/// A server's deferred calls; dropped with its actor-local values when it ends, which ends
+/// every call still waiting.
+#[derive(Default)]
+pub(crate) struct DeferredCalls(RefCell<Vec<Deferred>>);
+
+impl DeferredCalls {
+    fn push(&self, d: Deferred) {
+        let mut list = self.0.borrow_mut();
+        // Answered calls leave their entries: drop those before the list would grow, then
+        // keep it at most half full, so a long-lived server that defers keeps a bounded list
+        // at amortised O(1) per deferral.
+        if list.len() == list.capacity() && list.len() >= 8 {
+            list.retain(Deferred::is_pending);
+            let len = list.len();
+            list.reserve(len);
+        }
+        list.push(d);
+    }
+}
+
+impl Drop for DeferredCalls {
+    fn drop(&mut self) {
+        for d in self.0.get_mut().drain(..) {
+            match d {
+                // SAFETY: this runs in the server actor that deferred the call (an
+                // actor-local value is dropped on its own actor's stack), an actor of the
+                // caller's runtime (`call_with` makes frame replies only for those).
+                Deferred::Frame(c) => unsafe { c.cancel() },
+                Deferred::Oneshot(c) => c.close(),
+            }
+        }
+    }
+}
+
+crate::actor_local! {
+    /// The calls the running server deferred and may still be waiting (module doc).
+    static DEFERRED: DeferredCalls = DeferredCalls::default();
 }
 
 impl<R: Send> From<R> {
@@ -42,15 +158,38 @@ impl<R: Send> From<R> {
     ///
     /// # Panics
     /// If called twice for one call.
-    pub fn defer(&self) -> ReplyTo<R> {
+    ///
+    /// If the server ends before the reply is sent, the caller fails at once with
+    /// [`CallError::Down`], wherever the [`ReplyTo`] is (as OTP's call, which monitors the
+    /// server); a reply sent after that is discarded.
+    pub fn defer(&self) -> ReplyTo<R>
+    where
+        R: 'static,
+    {
         let tx = self.tx.take().expect("gen_server: From::defer called twice");
+        // The server keeps a handle that ends the call when it ends (module doc).
+        let (tx, deferred) = match tx {
+            Reply::Frame(s) => {
+                let cancel = s.call_cancel();
+                (Reply::Frame(s), Deferred::Frame(cancel))
+            }
+            Reply::Channel(s) => {
+                let shared = Arc::new(RawMutex::new(Rank::Primitive, Some(s)));
+                (Reply::Shared(SharedOneshot(shared.clone())), Deferred::Oneshot(shared))
+            }
+            Reply::Shared(_) => unreachable!("a From holds no shared reply"),
+        };
+        // `defer` runs in the server (a `From` is only lent to its callbacks), so the entry
+        // is the server's. An actor whose local values are already being dropped cannot
+        // defer a call any more: its caller is left to the reply handle alone.
+        let _ = DEFERRED.try_with(|d| d.push(deferred));
         // A reply into an actor's frame names a word in its runtime's slab; out of the
         // server's hands it keeps that runtime alive (see the `reply` module).
         let runtime = match &tx {
             // SAFETY: `defer` is called by the server, an actor of the caller's runtime
             // (`call_with` makes actor replies only for those).
             Reply::Frame(s) => Some(unsafe { s.runtime() }),
-            Reply::Channel(_) => None,
+            Reply::Channel(_) | Reply::Shared(_) => None,
         };
         ReplyTo { tx, _runtime: runtime }
     }
@@ -72,7 +211,7 @@ impl<R> fmt::Debug for From<R> {
 }
 
 /// A deferred reply: send it from any actor or thread. Dropping it without replying leaves
-/// the caller to time out.
+/// the caller to time out (or to fail with [`CallError::Down`] if the server ends first).
 pub struct ReplyTo<R> {
     tx: Reply<R>,
     /// Keeps the caller's runtime alive for an actor reply (dropped after `tx`).
@@ -117,16 +256,18 @@ impl fmt::Display for StartError {
 }
 impl std::error::Error for StartError {}
 
-/// Why a `call` failed.
+/// Why a `call` (or a `stop`) failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CallError {
     /// The server is not alive (or the name is unknown); nothing was sent.
     NoProc,
-    /// The server died during the call.
+    /// The server died during the call (or, for `stop`, ended with another reason than the
+    /// one asked for: it died before it could stop, or its `terminate` panicked).
     Down(DownReason),
     /// No reply within the timeout.
     Timeout,
-    /// A server called itself.
+    /// A server called or stopped itself (OTP's `calling_self`); nothing was sent.
     CallingSelf,
 }
 
@@ -136,7 +277,7 @@ impl fmt::Display for CallError {
             CallError::NoProc => f.write_str("gen_server call: no such server"),
             CallError::Down(r) => write!(f, "gen_server call: the server died ({r})"),
             CallError::Timeout => f.write_str("gen_server call: timed out"),
-            CallError::CallingSelf => f.write_str("gen_server call: a server called itself"),
+            CallError::CallingSelf => f.write_str("gen_server call: a server called or stopped itself"),
         }
     }
 }
@@ -243,6 +384,35 @@ fn server_gone(limit: WaitLimit, exit: &WatchReceiver<Option<DownReason>>) -> Ca
         if waited.is_err() {
             return CallError::Timeout;
         }
+    }
+}
+
+/// Stops the behaviour actor `server` (gen_server, gen_statem) as OTP's `stop`: `send`
+/// posts the stop request carrying the given completion sender and returns false if the
+/// server's mailbox is gone; then waits until the server has ended (its exit cell is set).
+///
+/// `Ok` once it stopped as asked (terminate ran); [`CallError::CallingSelf`] from the server
+/// itself (it would wait for its own end); [`CallError::NoProc`] if it was not running;
+/// [`CallError::Down`] with its exit reason if it ended otherwise before it could complete
+/// the request (died first, or its `terminate` panicked).
+pub(crate) fn stop_server(
+    server: Pid,
+    exit: &WatchReceiver<Option<DownReason>>,
+    send: impl FnOnce(OneshotSender<()>) -> bool,
+) -> Result<(), CallError> {
+    if crate::task::try_current_pid() == Some(server) {
+        return Err(CallError::CallingSelf);
+    }
+    let (tx, rx) = oneshot();
+    if !send(tx) {
+        return Err(no_proc());
+    }
+    let stopped = rx.recv().is_ok();
+    await_exit(exit);
+    if stopped {
+        Ok(())
+    } else {
+        Err(CallError::Down(exit_reason_now(exit).unwrap_or(DownReason::Killed)))
     }
 }
 

@@ -15,7 +15,9 @@ pub enum DownReason {
     Normal,
     /// The actor panicked; the panic message (or `"Box<dyn Any>"` for a non-string payload).
     Panic(String),
-    /// The actor was killed (`kill`, or a link to a killed actor).
+    /// The actor was killed: by [`kill`](crate::process::kill) (the untrappable signal, OTP's
+    /// `kill`), or by an exit signal with this reason (OTP's `killed`: `exit(pid, Killed)`,
+    /// or a link to a killed actor), which a trapping actor receives as a message instead.
     Killed,
     /// The pid did not refer to a live actor.
     NoProc,

@@ -35,7 +35,7 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use crate::behaviour::{await_exit, call_with, exit_reason_now, exit_with, no_proc, ExitCell};
+use crate::behaviour::{call_with, exit_reason_now, exit_with, no_proc, stop_server, ExitCell};
 pub use crate::behaviour::{CallError, From, ReplyTo, StartError, StartOpts};
 use crate::channel::{oneshot, watch, OneshotSender, WatchReceiver, WatchSender};
 use crate::mailbox::{Addr, Envelope, Mailbox};
@@ -342,16 +342,13 @@ impl<S: GenServer> ServerRef<S> {
         self.addr.send(Request::Info(msg));
     }
 
-    /// Stops the server with `reason` (terminate runs) and waits until it has stopped.
-    /// Returns false if it was not running.
-    pub fn stop(&self, reason: DownReason) -> bool {
-        let (tx, rx) = oneshot();
-        if self.addr.try_send(Request::Stop(reason, tx)).is_err() {
-            return false;
-        }
-        let _ = rx.recv();
-        await_exit(&self.exit);
-        true
+    /// Stops the server with `reason` (terminate runs) and waits until it has stopped, as
+    /// OTP's `gen_server:stop`. Errors: [`CallError::NoProc`] if it was not running,
+    /// [`CallError::CallingSelf`] from the server itself (nothing is sent), and
+    /// [`CallError::Down`] with its exit reason if it ended otherwise first (or its
+    /// `terminate` panicked).
+    pub fn stop(&self, reason: DownReason) -> Result<(), CallError> {
+        stop_server(self.addr.pid(), &self.exit, |done| self.addr.try_send(Request::Stop(reason, done)).is_ok())
     }
 
     /// The server's exit reason, once it has stopped.

@@ -72,7 +72,7 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use crate::behaviour::{await_exit, call_with, exit_reason_now, exit_with, CallError, ExitCell, From, StartError};
+use crate::behaviour::{call_with, exit_reason_now, exit_with, stop_server, CallError, ExitCell, From, StartError};
 use crate::channel::{oneshot, watch, OneshotSender, WatchReceiver, WatchSender};
 use crate::gen_server::Info;
 use crate::mailbox::{Addr, Envelope, Mailbox};
@@ -672,15 +672,11 @@ impl<M: GenStatem> StatemRef<M> {
         self.addr.send(Request::Info(msg));
     }
 
-    /// Stops the machine with `reason` (terminate runs); returns false if it was not running.
-    pub fn stop(&self, reason: DownReason) -> bool {
-        let (tx, rx) = oneshot();
-        if self.addr.try_send(Request::Stop(reason, tx)).is_err() {
-            return false;
-        }
-        let _ = rx.recv();
-        await_exit(&self.exit);
-        true
+    /// Stops the machine with `reason` (terminate runs) and waits until it has stopped.
+    /// Errors as [`ServerRef::stop`](crate::gen_server::ServerRef::stop): `NoProc` if it was
+    /// not running, `CallingSelf` from the machine itself, `Down` if it ended otherwise.
+    pub fn stop(&self, reason: DownReason) -> Result<(), CallError> {
+        stop_server(self.addr.pid(), &self.exit, |done| self.addr.try_send(Request::Stop(reason, done)).is_ok())
     }
 
     /// The exit reason, once stopped.

@@ -10,7 +10,9 @@
 //! State: one map `group -> members` (a pid appears once per join; `groups::Groups`, held
 //! by the process layer's per-runtime `World`) under a lock ranked between the registry and
 //! primitives; each member's process state lists its groups so the exit path can remove
-//! them.
+//! them. A join or leave changes both under the member's proc lock, which its exit holds
+//! while it removes the memberships: join and exit are atomic with respect to each other
+//! (see the `groups` module).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -45,33 +47,24 @@ fn shared() -> &'static Shared {
     unsafe { &*sh }
 }
 
-/// Adds `pid` (a live local actor) to `group`, once more.
+/// Adds `pid` (a live local actor) to `group`, once more. Atomic with respect to `pid`'s
+/// exit: if it ends, this membership is removed with its others (and if it has already
+/// ended, [`PgError::NoProc`]).
 pub fn join(group: &str, pid: Pid) -> Result<(), PgError> {
-    let sh = shared();
-    if !crate::process::pg_joined(sh, pid, group) {
-        return Err(PgError::NoProc);
+    if crate::process::pg_join(shared(), pid, group) {
+        Ok(())
+    } else {
+        Err(PgError::NoProc)
     }
-    let mut pg = crate::process::world(sh).groups.lock();
-    pg.groups.entry(group.to_string()).or_default().push(pid);
-    pg.publish(PgEvent::Join { group: group.to_string(), pids: vec![pid] });
-    Ok(())
 }
 
 /// Removes one membership of `pid` in `group`.
 pub fn leave(group: &str, pid: Pid) -> Result<(), PgError> {
-    let sh = shared();
-    {
-        let mut pg = crate::process::world(sh).groups.lock();
-        let Some(members) = pg.groups.get_mut(group) else { return Err(PgError::NotJoined) };
-        let Some(i) = members.iter().position(|p| *p == pid) else { return Err(PgError::NotJoined) };
-        members.remove(i);
-        if members.is_empty() {
-            pg.groups.remove(group);
-        }
-        pg.publish(PgEvent::Leave { group: group.to_string(), pids: vec![pid] });
+    if crate::process::pg_leave(shared(), pid, group) {
+        Ok(())
+    } else {
+        Err(PgError::NotJoined)
     }
-    crate::process::pg_left(sh, pid, group);
-    Ok(())
 }
 
 /// Members of `group` (one entry per join), in join order.

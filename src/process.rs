@@ -37,6 +37,13 @@
 //! T's mailbox; otherwise `Normal` is ignored and any other reason stops T with R (its
 //! `cancel` byte is set and T is woken; it unwinds at its next runtime call, destructors run).
 //! [`kill`] is not trappable and stops T with `Killed`; linked actors then receive `Killed`.
+//!
+//! `kill` and `Killed` are distinct, as OTP's `kill` signal and `killed` reason: the
+//! untrappable signal is a stop request of kind `Cancel::Kill`, made only by [`kill`] (and
+//! the runtime's kill after its shutdown timeout); [`DownReason::Killed`] is the reason it
+//! produces. Sent as a signal reason (`exit(pid, Killed)`, or the exit signal of a link to
+//! a killed actor) `Killed` is an ordinary exit signal: trappable, and ending a non-trapping
+//! target with `Killed`.
 
 use std::any::Any;
 use std::collections::HashSet;
@@ -597,16 +604,19 @@ pub fn trap_exit(on: bool) -> bool {
 }
 
 /// Sends an exit signal with `reason` to `pid` (see the module doc). `exit(pid, Normal)` is
-/// ignored by a non-trapping target; `Killed` behaves like [`kill`].
+/// ignored by a non-trapping target. Every reason is trappable, `Killed` included: as OTP's
+/// `exit(Pid, killed)`, it is an ordinary exit signal (a trapping target receives
+/// `Exit { from, reason: Killed }`, a non-trapping one ends with `Killed`); the untrappable
+/// signal is [`kill`].
+///
+/// To the caller itself: a trapping caller receives the signal as a message and the call
+/// returns; otherwise the caller ends at once with `reason` (`Normal` included, as
+/// `exit(self(), normal)`) and the call does not return, unless the caller is already
+/// unwinding (a destructor running during a panic): then it returns and the panic stays the
+/// exit reason.
 pub fn exit(pid: Pid, reason: DownReason) {
     let (sh, me) = me("exit");
-    if reason == DownReason::Killed {
-        kill(pid);
-        return;
-    }
     if pid == me {
-        // An exit signal to oneself: a trapping actor gets it as a message; otherwise it ends
-        // the caller at once with the reason, `Normal` included (as `exit(self(), normal)`).
         let trapping =
             proc_lock(sh, me).is_some_and(|l| l.lock().existing(me.generation()).is_some_and(|s| s.trap_exit));
         if trapping {
@@ -615,8 +625,7 @@ pub fn exit(pid: Pid, reason: DownReason) {
         }
         // A stop request like any exit signal's (the first one decides the reason), raised
         // at once: a `catch_unwind` cannot swallow it for good, the next runtime call raises
-        // it again. (An actor already unwinding, e.g. calling this from a destructor during
-        // a panic, is not unwound twice: the call returns and the panic stays its reason.)
+        // it again.
         stop(sh, me, Cancel::Exit, Some(reason));
         crate::runtime::check_cancelled_current();
         return;
@@ -624,13 +633,22 @@ pub fn exit(pid: Pid, reason: DownReason) {
     send_exit_signal(sh, me, pid, reason);
 }
 
-/// Stops `pid` with [`DownReason::Killed`]; not trappable. Delivered at the target's next
-/// runtime call (at once if it is parked) as an unwind that runs destructors and that a
-/// `catch_unwind` cannot swallow for good (it is raised again at the next runtime call). An
-/// actor spinning without runtime calls is out of reach until it makes one.
+/// Stops `pid` with [`DownReason::Killed`]; not trappable (OTP's `exit(Pid, kill)`): the
+/// target ends with `Killed`, and its links receive an ordinary exit signal with reason
+/// `Killed`, which a trapping linked actor receives as an [`Exit`] message (OTP's `killed`).
+/// Delivered at the target's next runtime call (at once if it is parked) as an unwind that
+/// runs destructors and that a `catch_unwind` cannot swallow for good (it is raised again at
+/// the next runtime call). An actor spinning without runtime calls is out of reach until it
+/// makes one.
+///
+/// `kill(current_pid())` does not return: the caller unwinds from the call (unless it is
+/// already unwinding, as for [`exit`] to itself).
 pub fn kill(pid: Pid) {
-    let (sh, _) = me("kill");
+    let (sh, me) = me("kill");
     stop(sh, pid, Cancel::Kill, None);
+    if pid == me {
+        crate::runtime::check_cancelled_current();
+    }
 }
 
 /// Stops `pid` with `reason` as if by an untrappable exit signal (graceful runtime shutdown).
@@ -827,26 +845,39 @@ pub(crate) fn ext_of(pid: Pid) -> Option<Arc<dyn Any + Send + Sync>> {
     slot.existing(pid.generation()).and_then(|s| s.ext.clone())
 }
 
-/// Records a `pg` membership of a live actor. Returns false if it is not alive.
-pub(crate) fn pg_joined(sh: &Shared, pid: Pid, group: &str) -> bool {
+/// Adds one `pg` membership of the live actor `pid` in `group`: recorded in its process state
+/// and in the runtime's table in one critical section of its proc lock, so that its exit
+/// (which removes its memberships under that lock, [`on_exit`]) comes entirely before or
+/// entirely after (`groups` module doc). Returns false, adding nothing, if it is not alive.
+pub(crate) fn pg_join(sh: &Shared, pid: Pid, group: &str) -> bool {
     let Some(lock) = proc_lock(sh, pid) else { return false };
     let mut slot = lock.lock();
     if !alive_locked(sh, &slot, pid) {
         return false;
     }
     slot.state_for(pid.generation()).groups.push(group.to_string());
+    // Rank Pg above Process: taken inside the proc lock, as in `on_exit`.
+    world(sh).groups.lock().add_member(group, pid);
     true
 }
 
-/// Forgets one `pg` membership of an actor.
-pub(crate) fn pg_left(sh: &Shared, pid: Pid, group: &str) {
-    if let Some(lock) = proc_lock(sh, pid) {
-        if let Some(st) = lock.lock().existing(pid.generation()) {
-            if let Some(i) = st.groups.iter().position(|g| g == group) {
-                st.groups.swap_remove(i);
-            }
+/// Removes one `pg` membership of `pid` in `group`, from the runtime's table and from its
+/// process state in one critical section of its proc lock (as [`pg_join`]). Returns false if
+/// it had none.
+pub(crate) fn pg_leave(sh: &Shared, pid: Pid, group: &str) -> bool {
+    // A pid of another runtime (or a slot never used) has no proc lock and no membership
+    // here; the table is still asked, which says so.
+    let Some(lock) = proc_lock(sh, pid) else { return world(sh).groups.lock().remove_one(group, pid) };
+    let mut slot = lock.lock();
+    if !world(sh).groups.lock().remove_one(group, pid) {
+        return false;
+    }
+    if let Some(st) = slot.existing(pid.generation()) {
+        if let Some(i) = st.groups.iter().position(|g| g == group) {
+            st.groups.swap_remove(i);
         }
     }
+    true
 }
 
 /// Records a supervisor started by a non-supervisor in the calling actor's runtime (stopped,

@@ -241,20 +241,69 @@ impl<R> ReplySender<R> {
     }
 }
 
+impl<R> ReplySender<R> {
+    /// A handle on this call that can end it without a reply (see [`CallCancel`]).
+    pub(crate) fn call_cancel(&self) -> CallCancel {
+        CallCancel { slot: self.slot, seq: self.seq, shared: self.shared, caller: self.caller }
+    }
+}
+
 impl<R> Drop for ReplySender<R> {
     fn drop(&mut self) {
-        // Tell a waiting caller that no reply will come (the server died or dropped a
-        // deferred reply). AcqRel: as in `send`; nothing is written but the word.
-        if self
-            .slot
-            .reply
-            .compare_exchange(word(self.seq, WAITING), word(self.seq, WRITING), Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            // SAFETY: as in `send`: the caller cannot leave before the word leaves WRITING.
-            unsafe { (*self.shared).wake(self.caller) };
-            // Release: the caller's Acquire load sees the final state.
-            self.slot.reply.store(word(self.seq, DROPPED), Ordering::Release);
-        }
+        // SAFETY: the sender exists, so its caller's runtime is alive (module doc, "Lifetime
+        // of the word").
+        unsafe { drop_call(self.slot, self.seq, self.shared, self.caller) };
+    }
+}
+
+/// Tells a waiting caller that no reply will come (the server died or dropped a deferred
+/// reply): the word goes from `WAITING` to `DROPPED` and the caller is woken, unless a sender
+/// or the caller got the word first (then nothing happens).
+///
+/// # Safety
+/// The caller's runtime (`shared`, and the slab holding `slot`) is alive.
+unsafe fn drop_call(slot: &Slot, seq: u64, shared: *const Shared, caller: Pid) {
+    // AcqRel: as in `send`; nothing is written but the word.
+    if slot.reply.compare_exchange(word(seq, WAITING), word(seq, WRITING), Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    {
+        // SAFETY: as in `send`: the caller cannot leave before the word leaves WRITING; its
+        // runtime is alive per our contract.
+        unsafe { (*shared).wake(caller) };
+        // Release: the caller's Acquire load sees the final state.
+        slot.reply.store(word(seq, DROPPED), Ordering::Release);
+    }
+}
+
+/// A second way to end one call, held by the server while a deferred reply's
+/// [`ReplySender`] is elsewhere: when the server ends, it ends the call (`DROPPED`, as a
+/// dropped sender does), so the caller fails at once instead of waiting for the holder of the
+/// reply (SEMANTICS.md, gen_server: the call monitors the server). The word decides between
+/// it and the sender, as between any two parties: the first to leave `WAITING` wins, the
+/// other does nothing.
+///
+/// It names no value cell, only the word, so it is not generic; it is not `Send`: it stays
+/// in the server actor, which keeps the caller's runtime alive (see [`CallCancel::cancel`]).
+pub(crate) struct CallCancel {
+    slot: &'static Slot,
+    seq: u64,
+    shared: *const Shared,
+    caller: Pid,
+}
+
+impl CallCancel {
+    /// True while the call waits for its reply (no reply, drop or give-up yet).
+    pub(crate) fn is_pending(&self) -> bool {
+        // Relaxed: a hint for pruning; a stale `WAITING` only keeps the entry a while longer.
+        self.slot.reply.load(Ordering::Relaxed) == word(self.seq, WAITING)
+    }
+
+    /// Ends the call without a reply if it still waits.
+    ///
+    /// # Safety
+    /// Call from an actor of the caller's runtime (the server that made this handle: the
+    /// runtime outlives its actors), so `shared` and the slab are alive.
+    pub(crate) unsafe fn cancel(&self) {
+        // SAFETY: the runtime is alive per our contract.
+        unsafe { drop_call(self.slot, self.seq, self.shared, self.caller) };
     }
 }

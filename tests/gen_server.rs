@@ -35,8 +35,9 @@
 //! - `Timeout`:
 //!   call_without_a_reply_times_out,
 //!   a_deferred_reply_dropped_late_still_times_out_at_the_calls_limit
-//! - `CallingSelf`:
-//!   call_to_itself_is_calling_self
+//! - `CallingSelf` (OTP: also for `stop` of oneself):
+//!   call_to_itself_is_calling_self, stop_of_itself_is_calling_self
+//!   (gen_statem: tests/gen_statem.rs, stop_or_call_of_itself_is_calling_self)
 //! - a reply that arrives after a timeout is discarded, never seen later:
 //!   late_reply_after_a_timeout_is_discarded,
 //!   a_reply_to_a_killed_caller_never_reaches_the_next_actor_in_its_slot,
@@ -49,6 +50,11 @@
 //! - deferred replies from any actor:
 //!   deferred_reply_from_another_actor_reaches_the_caller,
 //!   deferred_reply_from_a_plain_thread_reaches_the_caller
+//! - a caller whose server hands its reply slot to another actor and then dies fails at
+//!   once with `Down(reason)`:
+//!   a_call_whose_deferred_reply_is_held_elsewhere_fails_at_once_when_the_server_dies,
+//!   a_held_deferred_reply_after_many_answered_ones_still_fails_at_once_when_the_server_dies,
+//!   a_plain_threads_call_whose_deferred_reply_is_held_elsewhere_fails_at_once_when_the_server_dies
 //! - `terminate(reason)` runs on a `Stop` return:
 //!   terminate_runs_on_stop_from_handle_call, terminate_runs_on_stop_from_handle_cast,
 //!   terminate_runs_on_stop_from_handle_info, terminate_runs_on_server_ref_stop
@@ -196,6 +202,8 @@ enum Call {
     Block(Sender<()>, OneshotReceiver<()>),
     /// Call this server (registered under the name) from inside its own handler.
     Myself(&'static str, Sender<Result<u32, CallError>>),
+    /// Stop this server (registered under the name) from inside its own handler.
+    StopMyself(&'static str, Sender<Result<(), CallError>>),
 }
 
 enum Cast {
@@ -257,6 +265,11 @@ impl GenServer for Srv {
             Call::Myself(name, report) => {
                 let me = gen_server::named::<Srv>(name).expect("registered");
                 report.send(me.call(Call::Echo(1))).unwrap();
+                CallResult::Reply(0)
+            }
+            Call::StopMyself(name, report) => {
+                let me = gen_server::named::<Srv>(name).expect("registered");
+                report.send(me.stop(DownReason::Normal)).unwrap();
                 CallResult::Reply(0)
             }
         }
@@ -393,7 +406,7 @@ fn failed_init_frees_the_name_before_start_returns() {
                 // One lingering server at a time (see process.rs,
                 // kill_of_actors_parked_in_destructors_mid_unwind_does_not_abort).
                 dropped_rx.recv_timeout(GUARD).unwrap();
-                assert!(s.stop(DownReason::Normal));
+                assert_eq!(s.stop(DownReason::Normal), Ok(()));
             }
         }
     });
@@ -448,7 +461,7 @@ fn concurrent_starts_under_one_name_yield_exactly_one_server() {
                 }
             }
             assert_eq!(smarm::whereis("contested"), Some(winner));
-            assert!(winners[0].stop(DownReason::Normal));
+            assert_eq!(winners[0].stop(DownReason::Normal), Ok(()));
         }
     });
 }
@@ -598,7 +611,7 @@ fn a_loop_of_sends_to_a_dead_actor_lets_other_actors_run() {
 fn call_to_a_stopped_server_is_noproc() {
     run(|| {
         let s = gen_server::start(Srv::new(&new_log())).unwrap();
-        assert!(s.stop(DownReason::Normal));
+        assert_eq!(s.stop(DownReason::Normal), Ok(()));
         assert_eq!(s.call(Call::Echo(1)), Err(CallError::NoProc));
         assert_eq!(s.call_timeout(Call::Echo(1), Duration::from_secs(3600)), Err(CallError::NoProc));
     });
@@ -621,7 +634,7 @@ fn call_named_with_an_unknown_name_is_noproc() {
         assert_eq!(gen_server::call_named::<Srv>("nobody", Call::Echo(1)), Err(CallError::NoProc));
         let s = gen_server::start_opts(Srv::new(&new_log()), named("somebody")).unwrap();
         assert_eq!(gen_server::call_named::<Srv>("somebody", Call::Echo(4)), Ok(4));
-        s.stop(DownReason::Normal);
+        s.stop(DownReason::Normal).unwrap();
         assert_eq!(gen_server::call_named::<Srv>("somebody", Call::Echo(1)), Err(CallError::NoProc));
     });
 }
@@ -734,6 +747,114 @@ fn call_to_itself_is_calling_self() {
         let (tx, rx) = channel();
         assert_eq!(s.call(Call::Myself("selfish", tx)), Ok(0));
         assert_eq!(rx.recv_timeout(GUARD), Ok(Err(CallError::CallingSelf)));
+    });
+}
+
+#[test]
+fn stop_of_itself_is_calling_self() {
+    run(|| {
+        let s = gen_server::start_opts(Srv::new(&new_log()), named("self-stopper")).unwrap();
+        let (tx, rx) = channel();
+        let s2 = s.clone();
+        smarm::spawn(move || {
+            let _ = s2.call(Call::StopMyself("self-stopper", tx));
+        });
+        assert_eq!(rx.recv_timeout(GUARD), Ok(Err(CallError::CallingSelf)));
+        // The server goes on.
+        assert_eq!(s.call(Call::Echo(5)), Ok(5));
+    });
+}
+
+/// A holder of a deferred reply that never replies: takes the handle, says so, keeps it
+/// until released.
+fn silent_holder() -> (smarm::JoinHandle<()>, Sender<ReplyTo<u32>>, OneshotReceiver<()>, Sender<()>) {
+    let (handle_tx, handle_rx) = channel::<ReplyTo<u32>>();
+    let (held_tx, held_rx) = oneshot();
+    let (release_tx, release_rx) = channel::<()>();
+    let holder = smarm::spawn(move || {
+        let handle = handle_rx.recv().unwrap();
+        held_tx.send(()).unwrap();
+        let _ = release_rx.recv();
+        drop(handle);
+    });
+    (holder, handle_tx, held_rx, release_tx)
+}
+
+#[test]
+fn a_call_whose_deferred_reply_is_held_elsewhere_fails_at_once_when_the_server_dies() {
+    run(|| {
+        // The call allows an hour: only the server's death can end it within the guard.
+        let s = gen_server::start(Srv::new(&new_log())).unwrap();
+        let (holder, handle_tx, mut held, release) = silent_holder();
+        let (res_tx, mut res_rx) = oneshot();
+        let s2 = s.clone();
+        smarm::spawn(move || {
+            res_tx.send(s2.call_timeout(Call::DeferTo(handle_tx), Duration::from_secs(3600))).unwrap();
+        });
+        held.recv_timeout(GUARD).expect("the holder never got the reply handle");
+        s.cast(Cast::Stop(custom("gone")));
+        assert_eq!(
+            res_rx.recv_timeout(GUARD).expect("the caller still waits for the holder"),
+            Err(CallError::Down(custom("gone")))
+        );
+        assert!(!holder.is_finished(), "the holder ended");
+        // A reply the holder sends now goes nowhere.
+        drop(release);
+        holder.join().unwrap();
+    });
+}
+
+#[test]
+fn a_held_deferred_reply_after_many_answered_ones_still_fails_at_once_when_the_server_dies() {
+    run(|| {
+        // The server keeps a handle per deferred call; answered ones are pruned as it goes.
+        let s = gen_server::start(Srv::new(&new_log())).unwrap();
+        let (answer_tx, answer_rx) = channel::<ReplyTo<u32>>();
+        smarm::spawn(move || {
+            while let Ok(r) = answer_rx.recv() {
+                r.reply(9);
+            }
+        });
+        for _ in 0..100 {
+            assert_eq!(s.call(Call::DeferTo(answer_tx.clone())), Ok(9));
+        }
+        let (holder, handle_tx, mut held, release) = silent_holder();
+        let (res_tx, mut res_rx) = oneshot();
+        let s2 = s.clone();
+        smarm::spawn(move || {
+            res_tx.send(s2.call_timeout(Call::DeferTo(handle_tx), Duration::from_secs(3600))).unwrap();
+        });
+        held.recv_timeout(GUARD).expect("the holder never got the reply handle");
+        smarm::exit(s.pid(), custom("gone"));
+        assert_eq!(
+            res_rx.recv_timeout(GUARD).expect("the caller still waits for the holder"),
+            Err(CallError::Down(custom("gone")))
+        );
+        drop(release);
+        holder.join().unwrap();
+    });
+}
+
+#[test]
+fn a_plain_threads_call_whose_deferred_reply_is_held_elsewhere_fails_at_once_when_the_server_dies() {
+    run(|| {
+        let s = gen_server::start(Srv::new(&new_log())).unwrap();
+        let (holder, handle_tx, mut held, release) = silent_holder();
+        let (res_tx, mut res_rx) = oneshot();
+        let s2 = s.clone();
+        let t = std::thread::spawn(move || {
+            res_tx.send(s2.call_timeout(Call::DeferTo(handle_tx), Duration::from_secs(3600))).unwrap();
+        });
+        held.recv_timeout(GUARD).expect("the holder never got the reply handle");
+        smarm::kill(s.pid());
+        assert_eq!(
+            res_rx.recv_timeout(GUARD).expect("the thread's call still waits for the holder"),
+            Err(CallError::Down(DownReason::Killed))
+        );
+        assert!(!holder.is_finished(), "the holder ended");
+        t.join().unwrap();
+        drop(release);
+        holder.join().unwrap();
     });
 }
 
@@ -889,7 +1010,7 @@ fn an_actor_can_call_a_server_of_another_runtime() {
 fn cast_to_a_dead_server_succeeds() {
     run(|| {
         let s = gen_server::start(Srv::new(&new_log())).unwrap();
-        assert!(s.stop(DownReason::Normal));
+        assert_eq!(s.stop(DownReason::Normal), Ok(()));
         s.cast(Cast::Log("into the void"));
         s.info(InfoMsg::Stop(DownReason::Normal));
         let k = gen_server::start(Srv::new(&new_log())).unwrap();
@@ -1003,10 +1124,10 @@ fn terminate_runs_on_server_ref_stop() {
     run(|| {
         let log = new_log();
         let s = gen_server::start(Srv::new(&log)).unwrap();
-        assert!(s.stop(custom("asked")));
+        assert_eq!(s.stop(custom("asked")), Ok(()));
         assert_eq!(terminated(&log), ["terminate Custom(\"asked\")"]);
         assert_eq!(s.exit_reason(), Some(custom("asked")));
-        assert!(!s.stop(DownReason::Normal), "a stopped server cannot be stopped again");
+        assert_eq!(s.stop(DownReason::Normal), Err(CallError::NoProc), "a stopped server cannot be stopped again");
     });
 }
 
@@ -1177,7 +1298,11 @@ fn a_panicking_terminate_runs_once() {
                     "terminate Custom(\"bye\")"
                 }
                 "ServerRef::stop" => {
-                    assert!(s.stop(custom("asked")));
+                    // As OTP's `stop`, which raises the real exit reason: terminate's crash.
+                    assert_eq!(
+                        s.stop(custom("asked")),
+                        Err(CallError::Down(DownReason::Panic("terminate boom".into())))
+                    );
                     "terminate Custom(\"asked\")"
                 }
                 "parent exit" => {

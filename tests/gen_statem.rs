@@ -50,6 +50,8 @@
 //!   stop_transition_runs_terminate_before_the_reply
 //! - (gen_server parity) terminate runs at most once; a panicking one is not called again:
 //!   a_panicking_terminate_runs_once
+//! - (gen_server parity, OTP's `calling_self`) `stop` or `call` of the machine from itself:
+//!   stop_or_call_of_itself_is_calling_self
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -1110,7 +1112,11 @@ fn a_panicking_terminate_runs_once() {
                     "terminate Custom(\"call\")"
                 }
                 "StatemRef::stop" => {
-                    assert!(m.stop(DownReason::Custom("asked".into())));
+                    // As OTP's `stop`, which raises the real exit reason: terminate's crash.
+                    assert_eq!(
+                        m.stop(DownReason::Custom("asked".into())),
+                        Err(CallError::Down(DownReason::Panic("terminate boom".into())))
+                    );
                     "terminate Custom(\"asked\")"
                 }
                 _ => {
@@ -1127,5 +1133,46 @@ fn a_panicking_terminate_runs_once() {
             assert_eq!(down.reason, DownReason::Panic("terminate boom".into()), "{how}");
             assert_eq!(*log.lock().unwrap(), [first], "{how}");
         }
+    });
+}
+
+/// A machine that, given its own handle, stops itself and calls itself, and reports what
+/// `stop` and `call` said (as OTP, both are `calling_self` errors).
+struct SelfCaller {
+    report: Sender<(Result<(), CallError>, Result<u32, CallError>)>,
+}
+
+impl GenStatem for SelfCaller {
+    type State = ();
+    type Call = ();
+    type Reply = u32;
+    type Cast = StatemRef<SelfCaller>;
+    type Info = ();
+
+    fn init(&mut self) -> Result<(), DownReason> {
+        Ok(())
+    }
+
+    fn handle_event(&mut self, _: &(), event: &Event<Self>) -> Transition<Self> {
+        match event {
+            Event::Cast(me) => {
+                self.report.send((me.stop(DownReason::Normal), me.call(()))).unwrap();
+                Transition::keep()
+            }
+            Event::Call(..) => Transition::keep().reply(7),
+            _ => Transition::keep(),
+        }
+    }
+}
+
+#[test]
+fn stop_or_call_of_itself_is_calling_self() {
+    run(|| {
+        let (tx, rx) = channel();
+        let m = gen_statem::start(SelfCaller { report: tx }).unwrap();
+        m.cast(m.clone());
+        assert_eq!(rx.recv_timeout(GUARD), Ok((Err(CallError::CallingSelf), Err(CallError::CallingSelf))));
+        // The machine goes on.
+        assert_eq!(m.call(()), Ok(7));
     });
 }

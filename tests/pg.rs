@@ -6,6 +6,8 @@
 //! - `join(group, pid)` for local pids only:
 //!   join_adds_a_live_local_actor, join_of_a_dead_pid_is_noproc,
 //!   join_of_a_stale_pid_is_noproc, join_of_a_pid_from_another_runtime_is_refused
+//! - atomic with respect to the member's exit (a dead pid never stays a member):
+//!   join_racing_the_members_exit_never_leaves_a_dead_member
 //! - counted (join twice, leave twice):
 //!   join_is_counted_join_twice_needs_two_leaves
 //! - `leave` of a non-member says `NotJoined`:
@@ -111,7 +113,7 @@ fn join_of_a_stale_pid_is_noproc() {
         go_tx.send(()).unwrap();
         new.join().unwrap();
     })
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -388,4 +390,70 @@ fn monitor_scope_reports_a_dead_members_leave_per_membership() {
 /// The slot index of a pid, from its `<0.index.gen>` rendering.
 fn slot_of(pid: Pid) -> String {
     pid.to_string().trim_matches(|c| c == '<' || c == '>').split('.').nth(1).unwrap().to_string()
+}
+
+/// `join` and the member's exit are atomic with respect to each other (SEMANTICS.md: "a
+/// dead pid never stays a member"). A join of a target that is ending on another thread
+/// either fails with `NoProc` or adds a membership that the target's exit removes.
+///
+/// The target spins on its own scheduler thread and returns when told; the join is made
+/// right after telling it. A hog keeps the pg lock busy (cloning a big group), so that the
+/// join (past its liveness check) and the target's exit often both wait for that lock: the
+/// interleaving in which a join that records the membership in two steps, under two locks,
+/// adds the pid after the exit removed its memberships.
+#[test]
+fn join_racing_the_members_exit_never_leaves_a_dead_member() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const BIG: usize = 100_000;
+    const ROUNDS: usize = 300;
+    let rt = Runtime::builder().threads(3).quiet_panics(true).build().unwrap();
+    rt.run(|| {
+        let me = smarm::current_pid();
+        for _ in 0..BIG {
+            pg::join("big", me).unwrap();
+        }
+        // SeqCst for every flag below: test flags, no ordering argument wanted.
+        let stop = Arc::new(AtomicBool::new(false));
+        let hog_stop = stop.clone();
+        let hog = smarm::spawn(move || {
+            while !hog_stop.load(Ordering::SeqCst) {
+                std::hint::black_box(pg::members("big"));
+                smarm::maybe_preempt();
+            }
+        });
+        let mut noproc = 0;
+        for round in 0..ROUNDS {
+            let (ready_tx, ready_rx) = oneshot::<()>();
+            let go = Arc::new(AtomicBool::new(false));
+            let go2 = go.clone();
+            let t = smarm::spawn(move || {
+                // Told from a plain thread, so that we go on on another scheduler thread
+                // (a wake from here would wait in this thread's wake slot while it spins).
+                std::thread::spawn(move || ready_tx.send(()).unwrap()).join().unwrap();
+                while !go2.load(Ordering::SeqCst) {
+                    std::hint::spin_loop();
+                }
+            });
+            let target = t.pid();
+            let mref = smarm::monitor(target);
+            ready_rx.recv().unwrap();
+            go.store(true, Ordering::SeqCst);
+            match pg::join("g", target) {
+                Ok(()) => {}
+                Err(PgError::NoProc) => noproc += 1,
+                Err(e) => panic!("join: {e}"),
+            }
+            let d = next_down();
+            assert_eq!((d.monitor, d.reason), (mref, DownReason::Normal));
+            assert!(
+                !pg::members("g").contains(&target),
+                "round {round}: {target} ended but is still a member of g (joins refused so far: {noproc})"
+            );
+        }
+        stop.store(true, Ordering::SeqCst);
+        hog.join().unwrap();
+        assert_eq!(pg::members("g"), []);
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
 }

@@ -25,12 +25,17 @@
 //! - `kill(pid)` cannot be trapped; the target ends with `Killed`; destructors run:
 //!   kill_ends_the_target_with_killed_and_runs_its_destructors,
 //!   kill_cannot_be_trapped,
-//!   exit_with_killed_reason_is_untrappable_like_kill,
+//!   kill_of_self_does_not_return, kill_of_self_is_not_trapped_but_exit_killed_to_self_is,
 //!   kill_reaches_an_actor_that_keeps_making_runtime_calls,
 //!   kill_is_raised_again_after_a_catch_unwind_swallowed_it,
 //!   kill_cannot_be_swallowed_by_catch_unwind_around_every_runtime_call,
 //!   an_unwinder_found_without_the_hook_stays_known_when_another_parks_beside_it,
 //!   kill_of_actors_parked_in_destructors_mid_unwind_does_not_abort (gap, ignored)
+//! - (OTP: the `kill` signal and the `killed` reason are distinct) `exit(pid, Killed)` is an
+//!   ordinary, trappable exit signal; to a non-trapping caller itself it does not return:
+//!   exit_with_killed_reason_is_trappable_unlike_kill,
+//!   exit_with_killed_reason_ends_a_non_trapping_target_with_killed,
+//!   exit_killed_to_self_does_not_return_to_a_non_trapping_caller
 //! - a trapping actor receives exit signals as `Exit { from, reason }` (except `kill`):
 //!   trapping_actor_receives_exit_signals_as_messages,
 //!   trapping_actor_receives_exit_normal_as_a_message,
@@ -307,10 +312,17 @@ impl Drop for Lingers {
 #[test]
 fn the_first_exit_signal_decides_the_reason_and_only_a_kill_overrides_it() {
     run(|| {
+        // `Some(reason)`: `exit(pid, reason)`; `None`: `kill(pid)`.
+        let send = |pid, signal: Option<DownReason>| match signal {
+            Some(reason) => smarm::exit(pid, reason),
+            None => smarm::kill(pid),
+        };
         for (signals, expected) in [
-            (vec![custom("first"), custom("second")], custom("first")),
-            (vec![DownReason::Shutdown, custom("other")], DownReason::Shutdown),
-            (vec![custom("first"), DownReason::Killed], DownReason::Killed),
+            (vec![Some(custom("first")), Some(custom("second"))], custom("first")),
+            (vec![Some(DownReason::Shutdown), Some(custom("other"))], DownReason::Shutdown),
+            (vec![Some(custom("first")), None], DownReason::Killed),
+            // `Killed` as an exit signal's reason is no kill: the first signal still decides.
+            (vec![Some(custom("first")), Some(DownReason::Killed)], custom("first")),
         ] {
             // A destructor that parks keeps the target dying while the later signals arrive.
             let (reached_tx, reached_rx) = channel::<()>();
@@ -324,10 +336,10 @@ fn the_first_exit_signal_decides_the_reason_and_only_a_kill_overrides_it() {
             ready_rx.recv().unwrap();
             let m = smarm::monitor(h.pid());
             let mut signals = signals.into_iter();
-            smarm::exit(h.pid(), signals.next().unwrap());
+            send(h.pid(), signals.next().unwrap());
             reached_rx.recv_timeout(GUARD).expect("the first signal did not stop the target");
             for s in signals {
-                smarm::exit(h.pid(), s);
+                send(h.pid(), s);
             }
             drop(release_tx);
             let d = next_down();
@@ -486,13 +498,84 @@ fn kill_cannot_be_trapped() {
 }
 
 #[test]
-fn exit_with_killed_reason_is_untrappable_like_kill() {
+fn exit_with_killed_reason_is_trappable_unlike_kill() {
     run(|| {
         let (h, seen) = spawn_trapping_recorder();
-        smarm::monitor(h.pid());
+        let m = smarm::monitor(h.pid());
         smarm::exit(h.pid(), DownReason::Killed);
-        assert_eq!(next_down().reason, DownReason::Killed);
-        assert_eq!(seen.try_recv().ok(), None, "exit(pid, Killed) arrived as an Exit message");
+        let x = seen.recv_timeout(GUARD).expect("exit(pid, Killed) did not arrive as an Exit message");
+        assert_eq!((x.from, x.reason), (smarm::current_pid(), DownReason::Killed));
+        assert!(!h.is_finished(), "the trapping target died of exit(pid, Killed)");
+        // `kill` still ends it.
+        smarm::kill(h.pid());
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, DownReason::Killed));
+    });
+}
+
+#[test]
+fn exit_with_killed_reason_ends_a_non_trapping_target_with_killed() {
+    run(|| {
+        let (h, m) = smarm::spawn_monitor(|| loop {
+            smarm::yield_now();
+        });
+        smarm::exit(h.pid(), DownReason::Killed);
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, DownReason::Killed));
+    });
+}
+
+/// Spawns a monitored actor that calls `end_itself` and then records that the call returned
+/// (with no runtime call in between, so a call that returns is seen even though the actor
+/// ends at its next runtime call). Returns whether it returned, and the Down's reason.
+fn end_self_with(end_itself: fn()) -> (bool, DownReason) {
+    let returned = Arc::new(AtomicBool::new(false));
+    let r = returned.clone();
+    let (_h, m) = smarm::spawn_monitor(move || {
+        end_itself();
+        // SeqCst: a test flag.
+        r.store(true, Ordering::SeqCst);
+    });
+    let d = next_down();
+    assert_eq!(d.monitor, m);
+    (returned.load(Ordering::SeqCst), d.reason)
+}
+
+#[test]
+fn kill_of_self_does_not_return() {
+    run(|| {
+        let (returned, reason) = end_self_with(|| smarm::kill(smarm::current_pid()));
+        assert!(!returned, "kill(self) returned to the caller");
+        assert_eq!(reason, DownReason::Killed);
+    });
+}
+
+#[test]
+fn exit_killed_to_self_does_not_return_to_a_non_trapping_caller() {
+    run(|| {
+        let (returned, reason) = end_self_with(|| smarm::exit(smarm::current_pid(), DownReason::Killed));
+        assert!(!returned, "exit(self, Killed) returned to the caller");
+        assert_eq!(reason, DownReason::Killed);
+    });
+}
+
+#[test]
+fn kill_of_self_is_not_trapped_but_exit_killed_to_self_is() {
+    run(|| {
+        // OTP: `exit(self(), killed)` in a trapping process is an `{'EXIT', self(), killed}`
+        // message; `exit(self(), kill)` ends it with `killed`.
+        let (got_tx, got_rx) = channel();
+        let h = smarm::spawn(move || {
+            smarm::trap_exit(true);
+            let me = smarm::current_pid();
+            smarm::exit(me, DownReason::Killed);
+            got_tx.send((me, smarm::recv_signal_timeout(GUARD))).unwrap();
+            smarm::kill(me);
+            "kill(self) returned to a trapping caller"
+        });
+        let (me, got) = got_rx.recv_timeout(GUARD).expect("exit(self, Killed) ended a trapping caller");
+        assert_eq!(got, Some(Signal::Exit(Exit { from: me, reason: DownReason::Killed })));
+        assert_eq!(h.join(), Err(DownReason::Killed));
     });
 }
 

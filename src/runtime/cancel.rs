@@ -21,7 +21,7 @@ pub(crate) fn current_cancel_reason() -> Option<(DownReason, bool)> {
     let slot = unsafe { &*w }.current_slot()?;
     // SAFETY: the running actor's own control block.
     let (raised, deferred) = unsafe { ((*slot.cell.get()).stop_raised, (*slot.cell.get()).defer_stops) };
-    cancel_reason(slot).filter(|r| !deferred || *r == DownReason::Killed).map(|r| (r, raised))
+    cancel_request(slot).filter(|(code, _)| !deferred || *code == Cancel::Kill).map(|(_, r)| (r, raised))
 }
 
 /// From now on the running actor neither raises nor ends with a stop request other than a
@@ -35,8 +35,8 @@ pub(crate) fn defer_stops() {
     }
     // SAFETY: this thread's live worker.
     let Some(slot) = (unsafe { &*w }).current_slot() else { return };
-    if let Some(reason) = cancel_reason(slot) {
-        if reason != DownReason::Killed {
+    if let Some((code, reason)) = cancel_request(slot) {
+        if code != Cancel::Kill {
             // SAFETY: the running actor's own control block.
             unsafe { (*slot.cell.get()).exit_override = Some(Box::new(reason)) };
         }
@@ -57,9 +57,9 @@ pub(super) fn check_cancelled(slot: &Slot) {
 #[cold]
 #[inline(never)]
 fn check_cancelled_slow(slot: &Slot) {
-    if let Some(reason) = cancel_reason(slot) {
+    if let Some((code, reason)) = cancel_request(slot) {
         // SAFETY: the running actor's own control block.
-        if unsafe { (*slot.cell.get()).defer_stops } && reason != DownReason::Killed {
+        if unsafe { (*slot.cell.get()).defer_stops } && code != Cancel::Kill {
             return;
         }
         if !actor_unwinding(slot) {
@@ -75,18 +75,28 @@ fn check_cancelled_slow(slot: &Slot) {
 
 /// The reason the running actor has been asked to stop, if any.
 pub(super) fn cancel_reason(slot: &Slot) -> Option<DownReason> {
+    cancel_request(slot).map(|(_, reason)| reason)
+}
+
+/// The running actor's stop request, if any: its kind and the reason it means. Only
+/// `Cancel::Kill` (`kill`, the shutdown timeout's kill) is untrappable and never deferred; an
+/// exit signal whose reason is `Killed` (`exit(pid, Killed)`, a link to a killed actor) is an
+/// ordinary exit signal (OTP's `killed` reason, unlike its `kill` signal).
+fn cancel_request(slot: &Slot) -> Option<(Cancel, DownReason)> {
     // Acquire: pairs with the Release store of the request (and of an exit reason).
-    match slot.cancel.load(Ordering::Acquire) {
-        Cancel::None => None,
-        Cancel::Shutdown => Some(DownReason::Shutdown),
-        Cancel::Kill => Some(DownReason::Killed),
+    let code = slot.cancel.load(Ordering::Acquire);
+    let reason = match code {
+        Cancel::None => return None,
+        Cancel::Shutdown => DownReason::Shutdown,
+        Cancel::Kill => DownReason::Killed,
         Cancel::Exit => {
             let (shared, pid) = current_actor_pid()?;
             // SAFETY: the runtime outlives its running actor.
             let sh = unsafe { &*shared };
-            Some((sh.hooks.exit_reason)(sh, pid))
+            (sh.hooks.exit_reason)(sh, pid)
         }
-    }
+    };
+    Some((code, reason))
 }
 
 /// Unwinds the running actor if it has been asked to stop (for runtime calls that do not
