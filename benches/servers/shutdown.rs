@@ -1,5 +1,5 @@
-//! SIGINT/SIGTERM and the command line for the comparison servers of the load test
-//! (`python3 sweep.py http`).
+//! SIGINT/SIGTERM, the command line and the serving loop of the comparison servers of the
+//! load test (`python3 sweep.py http`).
 //!
 //! The signals are blocked in the main thread before the runtime starts (every thread it
 //! spawns inherits the mask), and one plain thread takes them with `sigwait`: no handler
@@ -53,4 +53,34 @@ pub fn on_signal() -> mpsc::Receiver<()> {
         }
     });
     rx
+}
+
+/// The whole server: parses `ADDR [--threads N]` (usage under `name`), binds, prints
+/// `LABEL: listening on ADDR`, spawns `handler` for each accepted connection on a
+/// multi-thread runtime with N workers, and on SIGINT/SIGTERM shuts the runtime down.
+pub fn run_server<Fut>(name: &str, label: &str, handler: fn(tokio::net::TcpStream) -> Fut)
+where
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    use std::io::Write;
+    let stop = on_signal();
+    let (addr, threads) = args(name);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().expect("runtime");
+    let listener = rt.block_on(tokio::net::TcpListener::bind(&addr)).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+    println!("{label}: listening on {}", listener.local_addr().expect("local addr"));
+    let _ = std::io::stdout().flush();
+    rt.spawn(async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    tokio::spawn(handler(stream));
+                }
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
+            }
+        }
+    });
+    let _ = stop.recv();
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    println!("{label}: shut down");
 }

@@ -9,35 +9,11 @@
 #[path = "shutdown.rs"]
 mod shutdown;
 
-use std::io::Write;
-use std::time::Duration;
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 fn main() {
-    let stop = shutdown::on_signal();
-    let (addr, threads) = shutdown::args("tokio_echo");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().expect("runtime");
-    let listener = rt.block_on(TcpListener::bind(&addr)).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
-    println!("tokio_echo: listening on {}", listener.local_addr().expect("local addr"));
-    let _ = std::io::stdout().flush();
-    rt.spawn(accept_loop(listener));
-    let _ = stop.recv();
-    rt.shutdown_timeout(Duration::from_secs(1));
-    println!("tokio_echo: shut down");
-}
-
-async fn accept_loop(listener: TcpListener) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(serve(stream));
-            }
-            // Out of file descriptors and the like: back off instead of spinning.
-            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-        }
-    }
+    shutdown::run_server("tokio_echo", "tokio_echo", serve);
 }
 
 async fn serve(mut stream: TcpStream) {

@@ -12,8 +12,6 @@
 mod shutdown;
 
 use std::convert::Infallible;
-use std::io::Write;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -23,34 +21,13 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 const PLAINTEXT: &[u8] = b"Hello, World!";
 const JSON: &[u8] = br#"{"message":"Hello, World!"}"#;
 
 fn main() {
-    let stop = shutdown::on_signal();
-    let (addr, threads) = shutdown::args("tokio_hyper_server");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().expect("runtime");
-    let listener = rt.block_on(TcpListener::bind(&addr)).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
-    println!("tokio_hyper: listening on {}", listener.local_addr().expect("local addr"));
-    let _ = std::io::stdout().flush();
-    rt.spawn(accept_loop(listener));
-    let _ = stop.recv();
-    rt.shutdown_timeout(Duration::from_secs(1));
-    println!("tokio_hyper: shut down");
-}
-
-async fn accept_loop(listener: TcpListener) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(serve(stream));
-            }
-            // Out of file descriptors and the like: back off instead of spinning.
-            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-        }
-    }
+    shutdown::run_server("tokio_hyper_server", "tokio_hyper", serve);
 }
 
 async fn serve(stream: TcpStream) {
