@@ -29,7 +29,7 @@ fn main() {
         server::start("echo", &addr, |s| {
             let _ = serve(s);
         });
-        server::serve_until_ctrl_c("echo")
+        server::serve_until_ctrl_c()
     });
     server::finish("echo", out);
 }

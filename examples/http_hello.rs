@@ -35,7 +35,7 @@ fn main() {
         server::start("http_hello", &addr, |s| {
             let _ = Connection::new().serve(s);
         });
-        server::serve_until_ctrl_c("http_hello")
+        server::serve_until_ctrl_c()
     });
     server::finish("http_hello", out);
 }

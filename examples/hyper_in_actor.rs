@@ -83,7 +83,7 @@ fn main() {
     let (addr, threads) = server::args("127.0.0.1:8081");
     let out = server::runtime(threads).run(move || {
         server::start("hyper_in_actor", &addr, serve);
-        server::serve_until_ctrl_c("hyper_in_actor")
+        server::serve_until_ctrl_c()
     });
     server::finish("hyper_in_actor", out);
 }

@@ -44,9 +44,9 @@ fn start(name: &str, nofile: Option<u64>) -> (Child, std::net::SocketAddr, BufRe
     (child, addr, err)
 }
 
-fn sigint(child: &Child) {
+fn sigint(pid: u32) {
     // SAFETY: kill(2) with a valid pid and signal.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
 }
 
 fn echo_roundtrip(addr: std::net::SocketAddr, msg: &[u8]) -> Vec<u8> {
@@ -59,46 +59,69 @@ fn echo_roundtrip(addr: std::net::SocketAddr, msg: &[u8]) -> Vec<u8> {
     back
 }
 
+/// Runs `body`; if it panics, kills the server and panics again with what the server
+/// printed and how it ended, so a failure in CI says why the server stopped answering.
+fn or_report_server(
+    child: &mut Child,
+    err: &mut BufReader<std::process::ChildStderr>,
+    body: impl FnOnce(&mut BufReader<std::process::ChildStderr>),
+) {
+    if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(err))) {
+        let status = child.try_wait().unwrap();
+        let _ = child.kill();
+        let mut stderr = String::new();
+        let _ = err.read_to_string(&mut stderr);
+        let msg = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
+        panic!("{}\nserver status then: {status:?}\nserver stderr:\n{stderr}", msg.unwrap_or_default());
+    }
+}
+
 #[test]
 fn echo_backs_off_at_emfile_and_serves_again_once_fds_are_free() {
     let (mut child, addr, mut err) = start("echo", Some(48));
-    assert_eq!(echo_roundtrip(addr, b"before"), b"before");
-    // More connections than the server has fds: its accept hits EMFILE.
-    let clients: Vec<TcpStream> = (0..80).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "the server ended without reporting EMFILE");
-        if line.contains("Too many open files") {
-            break;
+    let pid = child.id();
+    or_report_server(&mut child, &mut err, |err| {
+        assert_eq!(echo_roundtrip(addr, b"before"), b"before");
+        // More connections than the server has fds: its accept hits EMFILE.
+        let clients: Vec<TcpStream> = (0..80).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(err.read_line(&mut line).unwrap() > 0, "the server ended without reporting EMFILE");
+            if line.contains("Too many open files") {
+                break;
+            }
         }
-    }
-    // Free them; the server keeps serving.
-    drop(clients);
-    assert_eq!(echo_roundtrip(addr, b"after"), b"after");
-    sigint(&child);
+        // Free them; the server keeps serving.
+        drop(clients);
+        assert_eq!(echo_roundtrip(addr, b"after"), b"after");
+    });
+    sigint(pid);
     let status = child.wait().unwrap();
     assert!(status.success(), "echo exited with {status}");
 }
 
 #[test]
 fn http_hello_shuts_down_cleanly_on_ctrl_c_closing_open_connections() {
-    let (mut child, addr, _err) = start("http_hello", None);
-    let mut c = TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    c.write_all(b"GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !got.ends_with(b"Hello, World!") {
+    let (mut child, addr, mut err) = start("http_hello", None);
+    let pid = child.id();
+    or_report_server(&mut child, &mut err, |_| {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c.write_all(b"GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.ends_with(b"Hello, World!") {
+            let n = c.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(got.starts_with(b"HTTP/1.1 200 OK"));
+        // The connection is kept alive (and its actor parked in read) when Ctrl-C comes.
+        sigint(pid);
         let n = c.read(&mut buf).unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&buf[..n]);
-    }
-    assert!(got.starts_with(b"HTTP/1.1 200 OK"));
-    // The connection is kept alive (and its actor parked in read) when Ctrl-C comes.
-    sigint(&child);
-    let n = c.read(&mut buf).unwrap();
-    assert_eq!(n, 0, "the open connection was not closed by the shutdown");
+        assert_eq!(n, 0, "the open connection was not closed by the shutdown");
+    });
     let status = child.wait().unwrap();
     assert!(status.success(), "http_hello exited with {status}");
 }

@@ -35,10 +35,18 @@ pub fn runtime(threads: Option<usize>) -> smarm::Runtime {
     b.build().expect("runtime")
 }
 
-/// Binds `addr`, prints `NAME: listening on ADDR`, and starts the acceptor under a
-/// supervisor (restarted if it ever fails); each accepted connection runs `handler` in
-/// its own actor. Returns once the acceptor runs.
-pub fn start(name: &str, addr: &str, handler: fn(TcpStream)) {
+/// Installs the Ctrl-C (SIGINT/SIGTERM) handler, binds `addr`, prints `NAME: listening on
+/// ADDR`, and starts the acceptor under a supervisor (restarted if it ever fails); each
+/// accepted connection runs `handler` in its own actor. Returns once the acceptor runs.
+///
+/// The handler comes first: once the address is printed a client may connect (and use up
+/// the process's file descriptors) or send the signal, and neither may find it missing.
+pub fn start(name: &'static str, addr: &str, handler: fn(TcpStream)) {
+    let handle = smarm::shutdown_handle();
+    crate::ctrl_c::on_ctrl_c(move || {
+        eprintln!("{name}: shutting down");
+        handle.shutdown();
+    });
     let listener = Arc::new(TcpListener::bind(addr).unwrap_or_else(|e| panic!("{name}: bind {addr}: {e}")));
     println!("{name}: listening on {}", listener.local_addr().expect("local addr"));
     use std::io::Write;
@@ -78,13 +86,9 @@ fn out_of_resources(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
 
-/// Serves until Ctrl-C (or SIGTERM), which stops the runtime from a plain thread.
-pub fn serve_until_ctrl_c(name: &'static str) -> ! {
-    let handle = smarm::shutdown_handle();
-    crate::ctrl_c::on_ctrl_c(move || {
-        eprintln!("{name}: shutting down");
-        handle.shutdown();
-    });
+/// Serves until Ctrl-C (or SIGTERM; the handler `start` installed stops the runtime from a
+/// plain thread).
+pub fn serve_until_ctrl_c() -> ! {
     loop {
         smarm::sleep(Duration::from_secs(3600));
     }
