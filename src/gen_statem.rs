@@ -613,7 +613,7 @@ impl<M: GenStatem> Engine<M> {
             wait = Some(earliest.saturating_duration_since(now));
         }
         let got = match wait {
-            Some(d) => mb.recv_timeout(d),
+            Some(d) => mb.recv_timeout(d).ok(),
             None => Some(mb.recv()),
         };
         let Some(env) = got else {

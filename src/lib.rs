@@ -151,6 +151,7 @@ pub use api::*;
 mod api {
 
     pub use crate::actor::JoinHandle;
+    pub use crate::channel::{RecvTimeoutError, TryRecvError};
     pub use crate::error::{BuildError, RunError, SpawnError};
     pub use crate::mailbox::{Addr, Envelope, Mailbox};
     pub use crate::offload::{block_on, spawn_blocking, BlockingHandle};

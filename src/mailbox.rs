@@ -19,9 +19,9 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::channel::{SelectRecv, SelectWaiter, Selectable};
+use crate::channel::{RecvTimeoutError, SelectRecv, SelectWaiter, Selectable, TryRecvError};
 use crate::hand::{Hand, HandPtr};
 use crate::process::{Down, Exit, Signal, SignalSink};
 use crate::raw_mutex::{Rank, RawMutex};
@@ -277,20 +277,43 @@ impl<M: Send + 'static> Mailbox<M> {
         self.inner.recv_first(WaitLimit::Forever).expect("no deadline")
     }
 
-    /// The next message or signal, if one is queued.
-    pub fn try_recv(&self) -> Option<Envelope<M>> {
-        self.inner.state.lock().queue.pop_front()
+    /// The next message or signal, if one is queued. A mailbox is never disconnected (its
+    /// owner holds it, and anyone may still find the actor by pid or name), so the only
+    /// error is [`TryRecvError::Empty`].
+    pub fn try_recv(&self) -> Result<Envelope<M>, TryRecvError> {
+        self.inner.state.lock().queue.pop_front().ok_or(TryRecvError::Empty)
     }
 
-    /// The next message or signal, waiting at most `timeout` (zero polls).
-    pub fn recv_timeout(&self, timeout: Duration) -> Option<Envelope<M>> {
-        self.inner.recv_first(WaitLimit::For(timeout))
+    /// The next message or signal, waiting at most `timeout` (zero polls). The only error
+    /// is [`RecvTimeoutError::Timeout`] (a mailbox is never disconnected).
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Envelope<M>, RecvTimeoutError> {
+        self.inner.recv_first(WaitLimit::For(timeout)).ok_or(RecvTimeoutError::Timeout)
     }
 
-    /// Selective receive: the first queued envelope accepted by `pred`, leaving the others in
-    /// order; waits for one (at most `timeout`, if given).
-    pub fn recv_match(&self, timeout: Option<Duration>, pred: impl FnMut(&Envelope<M>) -> bool) -> Option<Envelope<M>> {
-        self.inner.recv_where(WaitLimit::from_timeout(timeout), false, pred)
+    /// Selective receive: the first queued envelope accepted by `pred`, parking until one
+    /// arrives. The others stay queued, in order (Erlang's `receive`).
+    pub fn recv_match(&self, pred: impl FnMut(&Envelope<M>) -> bool) -> Envelope<M> {
+        self.inner.recv_where(WaitLimit::Forever, false, pred).expect("no deadline")
+    }
+
+    /// Selective receive waiting at most `timeout` (zero polls): the first queued envelope
+    /// accepted by `pred`; the others stay queued, in order (Erlang's `receive ... after`).
+    pub fn recv_match_timeout(
+        &self,
+        timeout: Duration,
+        pred: impl FnMut(&Envelope<M>) -> bool,
+    ) -> Result<Envelope<M>, RecvTimeoutError> {
+        self.inner.recv_where(WaitLimit::For(timeout), false, pred).ok_or(RecvTimeoutError::Timeout)
+    }
+
+    /// Selective receive within `limit`, for the crate's own waits (a supervisor waiting
+    /// for a Down with or without a shutdown timeout); `None` if the limit passed.
+    pub(crate) fn recv_match_within(
+        &self,
+        limit: WaitLimit,
+        pred: impl FnMut(&Envelope<M>) -> bool,
+    ) -> Option<Envelope<M>> {
+        self.inner.recv_where(limit, false, pred)
     }
 
     /// Selective receive of every match, for the receives that wait for many envelopes at
@@ -437,11 +460,11 @@ pub(crate) fn new_signal_box() -> Arc<dyn SignalSink> {
     MailboxInner::<NoMsg>::new(pid)
 }
 
-pub(crate) fn recv_signal_from(sink: Arc<dyn SignalSink>, deadline: Option<Instant>) -> Option<Signal> {
+pub(crate) fn recv_signal_from(sink: Arc<dyn SignalSink>, limit: WaitLimit) -> Option<Signal> {
     let mb = sink.as_any().downcast::<MailboxInner<NoMsg>>().unwrap_or_else(|_| {
         panic!("smarm::recv_signal: this actor has a typed Mailbox; receive signals from it instead")
     });
-    mb.recv_first(deadline.map_or(WaitLimit::Forever, WaitLimit::Until)).map(|e| match e {
+    mb.recv_first(limit).map(|e| match e {
         Envelope::Down(d) => Signal::Down(d),
         Envelope::Exit(x) => Signal::Exit(x),
         Envelope::Msg(never) => match never {},

@@ -50,12 +50,13 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::channel::RecvTimeoutError;
 pub use crate::exit::DownReason;
 pub(crate) use crate::exit::{reason_from_payload, Cancelled};
 use crate::raw_mutex::{Rank, RawMutex};
 pub(crate) use crate::registry::Registry;
 pub use crate::registry::{register, unregister, whereis, RegisterError};
-use crate::runtime::{current_shared, Hooks, Shared};
+use crate::runtime::{current_shared, Hooks, Shared, WaitLimit};
 use crate::slot_state::{Cancel, Pid};
 
 /// Identifies one monitor (each `monitor` call creates an independent one).
@@ -969,14 +970,12 @@ pub fn shutdown_handle() -> ShutdownHandle {
 /// until one arrives. Mailbox actors receive signals through their [`Mailbox`](crate::Mailbox).
 pub fn recv_signal() -> Signal {
     let (sh, me) = me("recv_signal");
-    crate::mailbox::recv_signal_from(own_sink(sh, me), None).expect("no deadline")
+    crate::mailbox::recv_signal_from(own_sink(sh, me), WaitLimit::Forever).expect("no deadline")
 }
 
-/// Like [`recv_signal`], giving up after `timeout`.
-pub fn recv_signal_timeout(timeout: std::time::Duration) -> Option<Signal> {
+/// Like [`recv_signal`], giving up after `timeout` (zero polls). The only error is
+/// [`RecvTimeoutError::Timeout`].
+pub fn recv_signal_timeout(timeout: std::time::Duration) -> Result<Signal, RecvTimeoutError> {
     let (sh, me) = me("recv_signal_timeout");
-    crate::mailbox::recv_signal_from(
-        own_sink(sh, me),
-        Some(crate::timer::deadline_after(std::time::Instant::now(), timeout)),
-    )
+    crate::mailbox::recv_signal_from(own_sink(sh, me), WaitLimit::For(timeout)).ok_or(RecvTimeoutError::Timeout)
 }

@@ -539,13 +539,15 @@ impl Sup {
 
     /// Waits (at most `timeout`, if given) for the Down of monitor `m`; false on timeout.
     fn await_down(&self, m: MonitorRef, timeout: Option<Duration>) -> bool {
-        self.mb.recv_match(timeout, |e| matches!(e, Envelope::Down(d) if d.monitor == m)).is_some()
+        self.mb
+            .recv_match_within(WaitLimit::from_timeout(timeout), |e| matches!(e, Envelope::Down(d) if d.monitor == m))
+            .is_some()
     }
 
     /// Unlinks the ended child `pid` and drops its queued exit signal, if any.
     fn unlink_flush(&self, pid: Pid) {
         crate::process::unlink(pid);
-        let _ = self.mb.recv_match(Some(Duration::ZERO), |e| matches!(e, Envelope::Exit(x) if x.from == pid));
+        let _ = self.mb.recv_match_timeout(Duration::ZERO, |e| matches!(e, Envelope::Exit(x) if x.from == pid));
     }
 
     /// Stops every child in reverse start order; the dynamic children of a

@@ -113,14 +113,14 @@ fn entries(log: &Log) -> Vec<String> {
 
 fn next_down() -> smarm::Down {
     match smarm::recv_signal_timeout(GUARD) {
-        Some(Signal::Down(d)) => d,
+        Ok(Signal::Down(d)) => d,
         other => panic!("expected a Down, got {other:?}"),
     }
 }
 
 fn next_exit() -> Exit {
     match smarm::recv_signal_timeout(GUARD) {
-        Some(Signal::Exit(x)) => x,
+        Ok(Signal::Exit(x)) => x,
         other => panic!("expected an Exit, got {other:?}"),
     }
 }

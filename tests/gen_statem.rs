@@ -532,7 +532,7 @@ fn a_state_enter_call_may_not_change_the_state_postpone_insert_or_reply() {
             m.cast(()); // Locked -> Open: the enter call of Open returns `action`
             let expected = DownReason::Custom(format!("gen_statem: {what} in a state enter call"));
             match smarm::recv_signal_timeout(GUARD) {
-                Some(smarm::Signal::Down(d)) => {
+                Ok(smarm::Signal::Down(d)) => {
                     assert_eq!((d.monitor, d.reason), (watch, expected.clone()), "{action:?}")
                 }
                 other => panic!("{action:?}: expected a Down, got {other:?}"),
@@ -1125,7 +1125,7 @@ fn a_panicking_terminate_runs_once() {
                 }
             };
             let down = match smarm::recv_signal_timeout(GUARD) {
-                Some(smarm::Signal::Down(d)) => d,
+                Ok(smarm::Signal::Down(d)) => d,
                 other => panic!("{how}: expected a Down, got {other:?}"),
             };
             assert_eq!(down.monitor, mon, "{how}");

@@ -45,7 +45,7 @@ fn an_envelope_handed_to_a_receive_that_is_then_killed_is_dropped_exactly_once()
         addr.send(Counted(d.clone()));
         smarm::kill(addr.pid());
         match smarm::recv_signal_timeout(GUARD) {
-            Some(Signal::Down(down)) => down.reason,
+            Ok(Signal::Down(down)) => down.reason,
             other => panic!("expected the receiver's Down, got {other:?}"),
         }
     });
@@ -104,15 +104,15 @@ fn receives_that_time_out_while_sends_race_them_lose_and_duplicate_nothing() {
             let (mut next, mut timeouts) = (0u64, 0u64);
             while next < N {
                 match mb.recv_timeout(Duration::from_micros(20)) {
-                    Some(Envelope::Msg(seq)) => {
+                    Ok(Envelope::Msg(seq)) => {
                         assert_eq!(seq, next, "message out of order, lost or duplicated");
                         next += 1;
                     }
-                    Some(other) => panic!("unexpected {other:?}"),
-                    None => timeouts += 1,
+                    Ok(other) => panic!("unexpected {other:?}"),
+                    Err(_) => timeouts += 1,
                 }
             }
-            assert!(mb.try_recv().is_none(), "a message arrived twice");
+            assert!(mb.try_recv().is_err(), "a message arrived twice");
             done_tx.send((next, timeouts)).unwrap();
         });
         // From a plain thread, so sends land at arbitrary points of the receiver's waits.
@@ -139,9 +139,9 @@ fn a_selective_receive_takes_its_match_and_leaves_the_rest_queued_in_order() {
         let (done_tx, done_rx) = oneshot();
         let addr = smarm::spawn_actor(move |mb: Mailbox<u32>| {
             // Parks with nothing queued: the sends below arrive while it waits for 99.
-            let hit = mb.recv_match(Some(GUARD), |e| matches!(e, Envelope::Msg(99)));
-            assert_eq!(hit, Some(Envelope::Msg(99)));
-            let rest: Vec<u32> = std::iter::from_fn(|| mb.try_recv()).filter_map(Envelope::into_msg).collect();
+            let hit = mb.recv_match_timeout(GUARD, |e| matches!(e, Envelope::Msg(99)));
+            assert_eq!(hit, Ok(Envelope::Msg(99)));
+            let rest: Vec<u32> = std::iter::from_fn(|| mb.try_recv().ok()).filter_map(Envelope::into_msg).collect();
             done_tx.send(rest).unwrap();
         });
         smarm::yield_now(); // let it park first
@@ -172,7 +172,7 @@ fn a_value_handed_to_a_channel_receive_that_is_then_killed_is_dropped_exactly_on
         tx.send(Counted(d.clone())).unwrap();
         smarm::kill(receiver.pid());
         match smarm::recv_signal_timeout(GUARD) {
-            Some(Signal::Down(down)) => down.reason,
+            Ok(Signal::Down(down)) => down.reason,
             other => panic!("expected the receiver's Down, got {other:?}"),
         }
     });

@@ -50,7 +50,7 @@ fn member() -> (JoinHandle<()>, smarm::channel::OneshotSender<()>) {
 
 fn next_down() -> smarm::Down {
     match smarm::recv_signal_timeout(GUARD) {
-        Some(Signal::Down(d)) => d,
+        Ok(Signal::Down(d)) => d,
         other => panic!("expected a Down, got {other:?}"),
     }
 }
@@ -300,7 +300,7 @@ fn membership_is_released_before_the_first_of_many_downs_is_delivered() {
                 // Told from a plain thread, so the test goes on on the other scheduler thread
                 // (a wake from here would wait in this thread's wake slot while we spin).
                 std::thread::spawn(move || set_tx.send(()).unwrap()).join().unwrap();
-                while smarm::recv_signal_timeout(Duration::ZERO).is_none() {
+                while smarm::recv_signal_timeout(Duration::ZERO).is_err() {
                     std::hint::spin_loop();
                 }
                 let members = pg::members("crowded");
@@ -331,7 +331,7 @@ fn membership_is_released_before_the_link_exit_is_delivered() {
             ready_rx.recv().unwrap();
             go_tx.send(()).unwrap();
             match smarm::recv_signal_timeout(GUARD) {
-                Some(Signal::Exit(x)) => assert_eq!(x.from, h.pid()),
+                Ok(Signal::Exit(x)) => assert_eq!(x.from, h.pid()),
                 other => panic!("expected an Exit, got {other:?}"),
             }
             assert_eq!(pg::members("g"), [], "round {round}");

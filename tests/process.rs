@@ -124,7 +124,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use smarm::channel::{channel, oneshot, Sender};
+use smarm::channel::{channel, oneshot, RecvTimeoutError, Sender, TryRecvError};
 use smarm::{Addr, Down, DownReason, Envelope, Exit, LookupError, Mailbox, Pid, RegisterError, Runtime, Signal};
 
 /// Bounds waits that only end if the behaviour under test works (a failure, not a hang).
@@ -204,7 +204,7 @@ fn next_exit() -> Exit {
 /// Asserts that the caller's signal box holds nothing (no waiting).
 fn assert_no_signal_queued() {
     let s = smarm::recv_signal_timeout(Duration::ZERO);
-    assert_eq!(s, None, "unexpected signal");
+    assert_eq!(s, Err(RecvTimeoutError::Timeout), "unexpected signal");
 }
 
 /// Sets a flag when dropped (destructor probe).
@@ -574,7 +574,7 @@ fn kill_of_self_is_not_trapped_but_exit_killed_to_self_is() {
             "kill(self) returned to a trapping caller"
         });
         let (me, got) = got_rx.recv_timeout(GUARD).expect("exit(self, Killed) ended a trapping caller");
-        assert_eq!(got, Some(Signal::Exit(Exit { from: me, reason: DownReason::Killed })));
+        assert_eq!(got, Ok(Signal::Exit(Exit { from: me, reason: DownReason::Killed })));
         assert_eq!(h.join(), Err(DownReason::Killed));
     });
 }
@@ -721,11 +721,11 @@ fn selective_receive_keeps_its_deadline_while_other_messages_arrive() {
     run(|| {
         // The receive waits 1 s for `1`; a `0` comes at 0.8 s and the `1` at 1.6 s. A
         // receive that restarted its timeout on the `0` (until 1.8 s) would take the `1`.
-        let (tx, rx) = oneshot::<(Option<Envelope<u32>>, Vec<u32>)>();
+        let (tx, rx) = oneshot::<(Result<Envelope<u32>, RecvTimeoutError>, Vec<u32>)>();
         let addr = smarm::spawn_actor(move |mb: Mailbox<u32>| {
-            let got = mb.recv_match(Some(1000 * MS), |e| matches!(e, Envelope::Msg(1)));
+            let got = mb.recv_match_timeout(1000 * MS, |e| matches!(e, Envelope::Msg(1)));
             let mut rest = Vec::new();
-            while let Some(Envelope::Msg(m)) = mb.recv_timeout(Duration::ZERO) {
+            while let Ok(Envelope::Msg(m)) = mb.recv_timeout(Duration::ZERO) {
                 rest.push(m);
             }
             tx.send((got, rest)).unwrap();
@@ -736,7 +736,7 @@ fn selective_receive_keeps_its_deadline_while_other_messages_arrive() {
         smarm::sleep((1600 * MS).saturating_sub(start.elapsed()));
         addr.send(1);
         let (got, rest) = rx.recv().unwrap();
-        assert_eq!(got, None, "the receive outlived its 1 s timeout");
+        assert_eq!(got, Err(RecvTimeoutError::Timeout), "the receive outlived its 1 s timeout");
         // Whatever arrived before it ended is still queued, in order.
         assert!(rest == [0] || rest == [0, 1], "queue after the timeout: {rest:?}");
     });
@@ -859,8 +859,8 @@ fn trapping_mailbox_actor_receives_exit_in_its_mailbox() {
         smarm::exit(addr.pid(), custom("x"));
         addr.send(5);
         let (a, b) = res_rx.recv().unwrap();
-        assert_eq!(a, Some(Envelope::Exit(Exit { from: me, reason: custom("x") })));
-        assert_eq!(b, Some(Envelope::Msg(5)));
+        assert_eq!(a, Ok(Envelope::Exit(Exit { from: me, reason: custom("x") })));
+        assert_eq!(b, Ok(Envelope::Msg(5)));
     });
 }
 
@@ -965,7 +965,7 @@ fn messages_and_exit_signals_from_one_sender_keep_their_order() {
             let sender = h.pid();
             h.join().unwrap();
             let mut got = Vec::new();
-            while let Some(e) = mb.try_recv() {
+            while let Ok(e) = mb.try_recv() {
                 got.push(e);
             }
             (got, sender)
@@ -1032,7 +1032,7 @@ fn at_first_of_many_downs<T: Send + 'static>(
         // Told from a plain thread, so the test goes on on the other scheduler thread (a
         // wake from here would wait in this thread's wake slot while this actor spins).
         std::thread::spawn(move || ready_tx.send(()).unwrap()).join().unwrap();
-        while smarm::recv_signal_timeout(Duration::ZERO).is_none() {
+        while smarm::recv_signal_timeout(Duration::ZERO).is_err() {
             std::hint::spin_loop();
         }
         let r = check();
@@ -1305,7 +1305,7 @@ fn no_exit_signal_arrives_after_unlink_returns_even_when_racing_the_peers_death(
                 me.send(round);
                 let _ = h.join();
                 let mut after_marker = false;
-                while let Some(e) = mb.try_recv() {
+                while let Ok(e) = mb.try_recv() {
                     match e {
                         Envelope::Msg(r) if r == round => after_marker = true,
                         Envelope::Exit(x) if after_marker => {
@@ -1374,8 +1374,8 @@ fn no_exit_signal_arrives_after_unlink_returns_while_the_peer_is_exiting() {
             mb.addr().send(1);
             resume_tx.send(()).unwrap();
             observed_rx.recv().unwrap();
-            assert_eq!(mb.try_recv(), Some(Envelope::Msg(1)));
-            assert_eq!(mb.try_recv(), None, "an exit signal arrived after unlink returned");
+            assert_eq!(mb.try_recv(), Ok(Envelope::Msg(1)));
+            assert_eq!(mb.try_recv(), Err(TryRecvError::Empty), "an exit signal arrived after unlink returned");
         });
     });
 }
@@ -1509,7 +1509,7 @@ fn link_racing_the_targets_exit_reports_that_exit_exactly_once() {
 fn monitor_is_one_way() {
     run(|| {
         let (check_tx, check_rx) = oneshot::<()>();
-        let (res_tx, res_rx) = oneshot::<Option<Signal>>();
+        let (res_tx, res_rx) = oneshot::<Result<Signal, RecvTimeoutError>>();
         let target = smarm::spawn(move || {
             check_rx.recv().unwrap();
             res_tx.send(smarm::recv_signal_timeout(Duration::ZERO)).unwrap();
@@ -1523,7 +1523,11 @@ fn monitor_is_one_way() {
         });
         assert!(watcher.join().is_err());
         check_tx.send(()).unwrap();
-        assert_eq!(res_rx.recv().unwrap(), None, "the monitored actor was told of its watcher's death");
+        assert_eq!(
+            res_rx.recv().unwrap(),
+            Err(RecvTimeoutError::Timeout),
+            "the monitored actor was told of its watcher's death"
+        );
         assert_eq!(target.join(), Ok("target alive"));
     });
 }
@@ -1570,7 +1574,7 @@ fn monitor_of_a_dead_pid_reports_noproc_at_once() {
         let m = smarm::monitor(dead);
         // Already queued: no waiting.
         let s = smarm::recv_signal_timeout(Duration::ZERO);
-        assert_eq!(s, Some(Signal::Down(Down { monitor: m, pid: dead, reason: DownReason::NoProc })));
+        assert_eq!(s, Ok(Signal::Down(Down { monitor: m, pid: dead, reason: DownReason::NoProc })));
     });
 }
 
@@ -1647,9 +1651,9 @@ fn demonitor_flush_removes_a_queued_down_from_a_typed_mailbox() {
             h.join().unwrap();
             mb.addr().send(2);
             assert!(smarm::demonitor_flush(m));
-            assert_eq!(mb.try_recv(), Some(Envelope::Msg(1)));
-            assert_eq!(mb.try_recv(), Some(Envelope::Msg(2)));
-            assert_eq!(mb.try_recv(), None);
+            assert_eq!(mb.try_recv(), Ok(Envelope::Msg(1)));
+            assert_eq!(mb.try_recv(), Ok(Envelope::Msg(2)));
+            assert_eq!(mb.try_recv(), Err(TryRecvError::Empty));
         });
     });
 }
@@ -1663,12 +1667,12 @@ fn demonitor_racing_with_exit_never_lets_a_down_through_after_returning_true() {
             let active = smarm::demonitor(m);
             h.join().unwrap();
             match smarm::recv_signal_timeout(Duration::ZERO) {
-                None => assert!(active, "demonitor returned false but no Down was queued"),
-                Some(Signal::Down(d)) => {
+                Err(_) => assert!(active, "demonitor returned false but no Down was queued"),
+                Ok(Signal::Down(d)) => {
                     assert!(!active, "a Down was delivered after demonitor returned true");
                     assert_eq!(d.monitor, m);
                 }
-                Some(other) => panic!("unexpected {other:?}"),
+                Ok(other) => panic!("unexpected {other:?}"),
             }
             assert_no_signal_queued();
         }
@@ -1789,7 +1793,7 @@ fn dead_actor() -> Addr<&'static str> {
 }
 
 /// The new occupant of the spare slot: reports the first thing it receives.
-fn new_occupant(report: Sender<Option<Envelope<&'static str>>>) -> Addr<&'static str> {
+fn new_occupant(report: Sender<Result<Envelope<&'static str>, RecvTimeoutError>>) -> Addr<&'static str> {
     spawn_in_freed_slot::<&'static str>(move || {
         let report = report.clone();
         Box::new(move |mb: Mailbox<&'static str>| {
@@ -1810,7 +1814,7 @@ fn messages_to_a_dead_actor_never_reach_the_new_occupant_of_its_slot() {
         assert_eq!(old.try_send("stale again"), Err("stale again"));
         assert!(!old.is_alive());
         new.send("probe");
-        assert_eq!(rx.recv_timeout(GUARD), Ok(Some(Envelope::Msg("probe"))));
+        assert_eq!(rx.recv_timeout(GUARD), Ok(Ok(Envelope::Msg("probe"))));
     });
 }
 
@@ -1831,12 +1835,12 @@ fn signals_to_a_stale_pid_never_reach_the_new_occupant_of_its_slot() {
         let m = smarm::monitor(stale);
         assert_eq!(
             smarm::recv_signal_timeout(Duration::ZERO),
-            Some(Signal::Down(Down { monitor: m, pid: stale, reason: DownReason::NoProc }))
+            Ok(Signal::Down(Down { monitor: m, pid: stale, reason: DownReason::NoProc }))
         );
 
         // The new occupant is unaffected: it receives the probe and ends normally.
         new.send("probe");
-        assert_eq!(rx.recv_timeout(GUARD), Ok(Some(Envelope::Msg("probe"))));
+        assert_eq!(rx.recv_timeout(GUARD), Ok(Ok(Envelope::Msg("probe"))));
         let d = next_down();
         assert_eq!((d.monitor, d.reason), (watch, DownReason::Normal));
     });
@@ -1853,7 +1857,7 @@ fn timer_aimed_at_a_dead_actor_never_reaches_the_new_occupant_of_its_slot() {
         // Let the timer's deadline pass.
         smarm::sleep(30 * MS);
         new.send("probe");
-        assert_eq!(rx.recv_timeout(GUARD), Ok(Some(Envelope::Msg("probe"))));
+        assert_eq!(rx.recv_timeout(GUARD), Ok(Ok(Envelope::Msg("probe"))));
         assert_eq!(smarm::cancel_timer(t), None);
     });
 }
@@ -1906,7 +1910,7 @@ fn send_named_reaches_the_registered_actor() {
         });
         ready_rx.recv().unwrap();
         assert_eq!(smarm::send_named::<u32>("echo", 9), Ok(()));
-        assert_eq!(got_rx.recv().unwrap(), Some(Envelope::Msg(9)));
+        assert_eq!(got_rx.recv().unwrap(), Ok(Envelope::Msg(9)));
     });
 }
 
@@ -1943,11 +1947,11 @@ fn send_after_addr_delivers_once_and_never_before_the_delay() {
             let d = 30 * MS;
             let start = Instant::now();
             let t = smarm::send_after_addr(d, &mb.addr(), 7);
-            assert_eq!(mb.recv_timeout(GUARD), Some(Envelope::Msg(7)));
+            assert_eq!(mb.recv_timeout(GUARD), Ok(Envelope::Msg(7)));
             let elapsed = start.elapsed();
             assert!(elapsed >= d, "delivered after {elapsed:?}, before {d:?}");
             // Once.
-            assert_eq!(mb.recv_timeout(3 * d), None);
+            assert_eq!(mb.recv_timeout(3 * d), Err(RecvTimeoutError::Timeout));
             assert_eq!(smarm::cancel_timer(t), None);
         });
     });
@@ -1963,7 +1967,7 @@ fn cancel_timer_returns_the_time_left_and_stops_delivery() {
             assert!(left <= d, "time left {left:?} exceeds the delay {d:?}");
             assert!(left > Duration::ZERO);
             // Past the original deadline: nothing arrives.
-            assert_eq!(mb.recv_timeout(d + 100 * MS), None);
+            assert_eq!(mb.recv_timeout(d + 100 * MS), Err(RecvTimeoutError::Timeout));
         });
     });
 }
@@ -1973,7 +1977,7 @@ fn cancel_timer_after_it_fired_returns_none() {
     run(|| {
         in_actor(|mb: Mailbox<u32>| {
             let t = smarm::send_after_addr(MS, &mb.addr(), 1);
-            assert_eq!(mb.recv_timeout(GUARD), Some(Envelope::Msg(1)));
+            assert_eq!(mb.recv_timeout(GUARD), Ok(Envelope::Msg(1)));
             assert_eq!(smarm::cancel_timer(t), None);
         });
     });

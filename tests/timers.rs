@@ -178,8 +178,8 @@ fn duration_max_timeouts_wait_instead_of_overflowing() {
             // A selective receive woken by a message it does not take, then by its match
             // (the second park turns the limit into a deadline).
             let addr = smarm::spawn_actor(|mb: smarm::Mailbox<u32>| {
-                let got = mb.recv_match(Some(Duration::MAX), |e| matches!(e, smarm::Envelope::Msg(2)));
-                assert_eq!(got, Some(smarm::Envelope::Msg(2)));
+                let got = mb.recv_match_timeout(Duration::MAX, |e| matches!(e, smarm::Envelope::Msg(2)));
+                assert_eq!(got, Ok(smarm::Envelope::Msg(2)));
             });
             smarm::monitor(addr.pid());
             addr.send(1);
@@ -187,7 +187,7 @@ fn duration_max_timeouts_wait_instead_of_overflowing() {
             addr.send(2);
             // A signal wait: the Down of the receiver above.
             match smarm::recv_signal_timeout(max) {
-                Some(smarm::Signal::Down(d)) => assert_eq!(d.reason, smarm::DownReason::Normal),
+                Ok(smarm::Signal::Down(d)) => assert_eq!(d.reason, smarm::DownReason::Normal),
                 other => panic!("expected the Down, got {other:?}"),
             }
             // A sleep that only a kill ends.
