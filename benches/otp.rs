@@ -82,14 +82,14 @@ fn start_stop_dynamic(n: u32) -> (Duration, Duration) {
         })
         .pid())
     });
-    let sup = supervisor::start_link(SupFlags::new(Strategy::SimpleOneForOne), vec![spec]).unwrap();
+    let sup = supervisor::start_simple(SupFlags::new(Strategy::SimpleOneForOne), spec).unwrap();
     let t = Instant::now();
     for _ in 0..n {
-        sup.start_child().unwrap();
+        sup.start_child(()).unwrap();
     }
     let start = t.elapsed() / n;
     let t = Instant::now();
-    sup.stop();
+    sup.stop().unwrap();
     (start, t.elapsed() / n)
 }
 

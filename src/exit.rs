@@ -9,7 +9,10 @@ use std::fmt;
 
 /// Why an actor ended, as reported by [`JoinHandle::join`](crate::JoinHandle::join) and by
 /// monitors and links.
+///
+/// `#[non_exhaustive]`: the cluster adds `NoConnection`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DownReason {
     /// The actor's body returned.
     Normal,
@@ -23,6 +26,13 @@ pub enum DownReason {
     NoProc,
     /// The runtime (or a supervisor) shut the actor down.
     Shutdown,
+    /// A shutdown with a term saying why (OTP's `{shutdown, Term}`): an actor that ends
+    /// with it stopped on purpose. Like `Shutdown`, it is not an error: a `Transient`
+    /// supervisor child that exits with it is not restarted
+    /// ([`is_normal_or_shutdown`](Self::is_normal_or_shutdown)). Unlike `Normal`, and as in
+    /// OTP, it is an exit signal like any other: it kills a linked actor that does not trap
+    /// exits.
+    ShutdownWith(String),
     /// Any other reason given to [`exit`](crate::process::exit).
     Custom(String),
 }
@@ -35,8 +45,37 @@ impl fmt::Display for DownReason {
             DownReason::Killed => f.write_str("killed"),
             DownReason::NoProc => f.write_str("noproc"),
             DownReason::Shutdown => f.write_str("shutdown"),
+            DownReason::ShutdownWith(t) => write!(f, "shutdown: {t}"),
             DownReason::Custom(r) => write!(f, "{r}"),
         }
+    }
+}
+
+impl DownReason {
+    /// `Shutdown` or `ShutdownWith(_)` (OTP's `shutdown` and `{shutdown, Term}`).
+    ///
+    /// ```
+    /// use smarm::DownReason;
+    /// assert!(DownReason::ShutdownWith("done".into()).is_shutdown());
+    /// assert!(DownReason::Shutdown.is_shutdown());
+    /// assert!(!DownReason::Normal.is_shutdown());
+    /// ```
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self, DownReason::Shutdown | DownReason::ShutdownWith(_))
+    }
+
+    /// `Normal`, `Shutdown` or `ShutdownWith(_)`: the reasons OTP does not treat as errors
+    /// (a `Transient` child that ends with one is not restarted, and nothing reports it).
+    ///
+    /// ```
+    /// use smarm::DownReason;
+    /// assert!(DownReason::Normal.is_normal_or_shutdown());
+    /// assert!(DownReason::ShutdownWith("done".into()).is_normal_or_shutdown());
+    /// assert!(!DownReason::Killed.is_normal_or_shutdown());
+    /// assert!(!DownReason::Custom("oops".into()).is_normal_or_shutdown());
+    /// ```
+    pub fn is_normal_or_shutdown(&self) -> bool {
+        *self == DownReason::Normal || self.is_shutdown()
     }
 }
 

@@ -99,7 +99,7 @@ fn supervisors_started_and_stopped_by_a_worker_leave_no_bookkeeping() {
         for _ in 0..BATCHES {
             for _ in 0..BATCH {
                 let s = supervisor::start_link(SupFlags::new(Strategy::OneForOne), vec![]).unwrap();
-                s.stop();
+                s.stop().unwrap();
             }
             live.push(LIVE.load(Ordering::Relaxed));
         }

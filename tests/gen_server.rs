@@ -506,7 +506,7 @@ fn stop_reason_is_the_servers_exit_reason_for_monitors() {
         let log = new_log();
         let (sup, child) = supervised(&log, true);
         let m = smarm::monitor(child);
-        sup.stop();
+        sup.stop().unwrap();
         let d = next_down();
         assert_eq!((d.monitor, d.reason), (m, DownReason::Shutdown));
     });
@@ -1178,7 +1178,7 @@ fn supervised(log: &Log, trap: bool) -> (supervisor::SupervisorRef, smarm::Pid) 
     })
     .shutdown(Shutdown::Timeout(Duration::from_secs(5)));
     let sup = supervisor::start_link(SupFlags::new(Strategy::OneForOne), vec![spec]).unwrap();
-    let pid = sup.which_children()[0].1;
+    let pid = sup.which_children().unwrap()[0].pid().unwrap();
     (sup, pid)
 }
 
@@ -1188,7 +1188,7 @@ fn terminate_runs_on_supervisor_shutdown_when_trapping_exits() {
         let log = new_log();
         let (sup, child) = supervised(&log, true);
         let m = smarm::monitor(child);
-        sup.stop();
+        sup.stop().unwrap();
         // (Its exit reason: see stop_reason_is_the_servers_exit_reason_for_monitors.)
         assert_eq!(next_down().monitor, m);
         assert_eq!(terminated(&log), ["terminate Shutdown"]);
@@ -1201,7 +1201,7 @@ fn terminate_does_not_run_on_supervisor_shutdown_without_trapping_exits() {
         let log = new_log();
         let (sup, child) = supervised(&log, false);
         let m = smarm::monitor(child);
-        sup.stop();
+        sup.stop().unwrap();
         let d = next_down();
         assert_eq!((d.monitor, d.reason), (m, DownReason::Shutdown));
         assert_eq!(terminated(&log), Vec::<String>::new());
