@@ -1,5 +1,26 @@
 //! `pg`: local process groups, as in OTP's `pg` (one scope per runtime).
 //!
+//! ```
+//! use smarm::pg;
+//!
+//! smarm::run(|| {
+//!     let (events_before, events) = pg::monitor_scope();
+//!     assert!(events_before.is_empty());
+//!     let worker = smarm::spawn(|| { smarm::recv_signal(); });
+//!     let pid = worker.pid();
+//!     pg::join("workers", pid).unwrap();
+//!     pg::join("workers", smarm::current_pid()).unwrap();
+//!     assert_eq!(pg::members("workers"), [pid, smarm::current_pid()]);
+//!
+//!     // A member that ends leaves its groups by itself.
+//!     smarm::kill(pid);
+//!     let _ = worker.join();
+//!     assert_eq!(pg::members("workers"), [smarm::current_pid()]);
+//!     let first = events.recv().unwrap();
+//!     assert_eq!(first, pg::PgEvent::Join { group: "workers".into(), pids: vec![pid] });
+//! });
+//! ```
+//!
 //! - [`join`] is counted: joining twice needs two [`leave`]s; `leave` of a non-member is
 //!   [`PgError::NotJoined`].
 //! - A member that ends leaves all its groups automatically, before its monitors and links
@@ -24,6 +45,7 @@ use crate::slot_state::Pid;
 
 /// Why a `pg` operation failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PgError {
     /// `leave` of a pid that is not a member.
     NotJoined,
@@ -50,6 +72,20 @@ fn shared() -> &'static Shared {
 /// Adds `pid` (a live local actor) to `group`, once more. Atomic with respect to `pid`'s
 /// exit: if it ends, this membership is removed with its others (and if it has already
 /// ended, [`PgError::NoProc`]).
+///
+/// ```
+/// use smarm::pg;
+/// smarm::run(|| {
+///     let me = smarm::current_pid();
+///     pg::join("g", me).unwrap();
+///     pg::join("g", me).unwrap(); // counted: a member twice
+///     assert_eq!(pg::members("g"), [me, me]);
+///     let gone = smarm::spawn(|| ());
+///     let pid = gone.pid();
+///     gone.join().unwrap();
+///     assert_eq!(pg::join("g", pid), Err(pg::PgError::NoProc));
+/// });
+/// ```
 pub fn join(group: &str, pid: Pid) -> Result<(), PgError> {
     if crate::process::pg_join(shared(), pid, group) {
         Ok(())
@@ -58,7 +94,17 @@ pub fn join(group: &str, pid: Pid) -> Result<(), PgError> {
     }
 }
 
-/// Removes one membership of `pid` in `group`.
+/// Removes one membership of `pid` in `group` ([`PgError::NotJoined`] if it has none).
+///
+/// ```
+/// use smarm::pg;
+/// smarm::run(|| {
+///     let me = smarm::current_pid();
+///     pg::join("g", me).unwrap();
+///     pg::leave("g", me).unwrap();
+///     assert_eq!(pg::leave("g", me), Err(pg::PgError::NotJoined));
+/// });
+/// ```
 pub fn leave(group: &str, pid: Pid) -> Result<(), PgError> {
     if crate::process::pg_leave(shared(), pid, group) {
         Ok(())
@@ -67,22 +113,64 @@ pub fn leave(group: &str, pid: Pid) -> Result<(), PgError> {
     }
 }
 
-/// Members of `group` (one entry per join), in join order.
+/// Members of `group` (one entry per join), in join order; empty for an unknown group.
+///
+/// ```
+/// use smarm::pg;
+/// smarm::run(|| {
+///     assert!(pg::members("nobody").is_empty());
+///     pg::join("g", smarm::current_pid()).unwrap();
+///     assert_eq!(pg::members("g"), [smarm::current_pid()]);
+/// });
+/// ```
 pub fn members(group: &str) -> Vec<Pid> {
     crate::process::world(shared()).groups.lock().groups.get(group).cloned().unwrap_or_default()
 }
 
 /// Members of `group` on this node (all of them, without `cluster`).
+///
+/// ```
+/// use smarm::pg;
+/// smarm::run(|| {
+///     pg::join("g", smarm::current_pid()).unwrap();
+///     assert_eq!(pg::local_members("g"), pg::members("g"));
+/// });
+/// ```
 pub fn local_members(group: &str) -> Vec<Pid> {
     members(group)
 }
 
-/// Groups with at least one member.
+/// Groups with at least one member, in name order.
+///
+/// ```
+/// use smarm::pg;
+/// smarm::run(|| {
+///     let me = smarm::current_pid();
+///     pg::join("b", me).unwrap();
+///     pg::join("a", me).unwrap();
+///     assert_eq!(pg::which_groups(), ["a", "b"]);
+///     pg::leave("a", me).unwrap();
+///     assert_eq!(pg::which_groups(), ["b"]);
+/// });
+/// ```
 pub fn which_groups() -> Vec<String> {
     crate::process::world(shared()).groups.lock().groups.keys().cloned().collect()
 }
 
-/// A snapshot of every group, and a channel of every later change.
+/// A snapshot of every group, and a channel of every later change, in order (OTP's
+/// `pg:monitor_scope`).
+///
+/// ```
+/// use smarm::pg::{self, PgEvent};
+/// smarm::run(|| {
+///     let me = smarm::current_pid();
+///     pg::join("a", me).unwrap();
+///     let (snapshot, events) = pg::monitor_scope();
+///     assert_eq!(snapshot["a"], [me]);
+///     pg::leave("a", me).unwrap();
+///     assert_eq!(events.recv().unwrap(), PgEvent::Leave { group: "a".into(), pids: vec![me] });
+/// });
+/// ```
 pub fn monitor_scope() -> (BTreeMap<String, Vec<Pid>>, Receiver<PgEvent>) {
     let sh = shared();
     let (tx, rx) = channel();

@@ -83,7 +83,7 @@
 //! ```compile_fail
 //! use smarm::supervisor::{self, DynamicSpec, SupFlags, Strategy};
 //! smarm::run(|| {
-//!     let spec = DynamicSpec::worker("conn", |port: u16| Ok(smarm::spawn_link(move || drop(port)).pid()));
+//!     let spec = DynamicSpec::worker("conn", |port: u16| Ok(smarm::spawn_link(move || { let _ = port; }).pid()));
 //!     let sup = supervisor::start_simple(SupFlags::new(Strategy::SimpleOneForOne), spec).unwrap();
 //!     sup.start_child("not a port"); // error: expected `u16`
 //! });
