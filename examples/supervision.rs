@@ -125,10 +125,11 @@ fn main() {
             let jobs: Vec<smarm::Pid> = (1..=3).map(|n| pool.start_child(n).expect("start_child").expect("a pid")).collect();
             println!("pool: {}", children(pool.supervisor()));
             println!("killing {}: restarted with the same argument", jobs[1]);
-            let m = smarm::monitor(jobs[1]);
             smarm::kill(jobs[1]);
-            // Its exit signal reached the supervisor before this Down reached us.
-            while !matches!(smarm::recv_signal(), smarm::Signal::Down(d) if d.monitor == m) {}
+            // Wait until the supervisor has handled the exit (it restarts the job at once).
+            while pool.which_children().expect("which_children").iter().any(|c| c.pid() == Some(jobs[1])) {
+                smarm::yield_now();
+            }
             println!("pool: {}", children(pool.supervisor()));
 
             println!("root returns: the supervision trees are shut down in order");

@@ -20,7 +20,8 @@
 //!   one_for_all_stops_the_others_in_reverse_order_and_restarts_all_in_start_order
 //! - `RestForOne`:
 //!   rest_for_one_restarts_the_failed_child_and_those_started_after_it
-//! - `SimpleOneForOne` (dynamic children of one spec):
+//! - `SimpleOneForOne` (dynamic children of one spec; their arguments, and the rest of the
+//!   supervisor API, in tests/supervisor_api.rs):
 //!   simple_one_for_one_starts_dynamic_children_of_its_one_spec,
 //!   simple_one_for_one_restarts_only_the_failed_instance,
 //!   start_child_needs_a_simple_one_for_one_supervisor
@@ -32,7 +33,9 @@
 //!   transient_child_is_not_restarted_after_a_normal_exit,
 //!   transient_child_is_not_restarted_after_a_shutdown_exit,
 //!   transient_child_is_restarted_after_an_abnormal_exit,
-//!   transient_gen_server_child_stopping_with_a_custom_reason_is_restarted
+//!   transient_gen_server_child_stopping_with_a_custom_reason_is_restarted,
+//!   transient_gen_server_child_stopping_with_shutdown_with_a_term_is_not_restarted
+//!   (`ShutdownWith`, OTP's `{shutdown, Term}`, is not abnormal either)
 //! - `Temporary` (never):
 //!   temporary_child_is_never_restarted_and_is_forgotten,
 //!   one_for_all_and_rest_for_one_forget_the_temporary_children_they_stop
@@ -925,6 +928,42 @@ fn transient_gen_server_child_stopping_with_a_custom_reason_is_restarted() {
         let second = rx.recv_timeout(GUARD).expect("the transient child was not restarted");
         assert_ne!(second.pid(), first.pid());
         assert_eq!(ids(&sup), ["t"]);
+    });
+}
+
+#[test]
+fn transient_gen_server_child_stopping_with_shutdown_with_a_term_is_not_restarted() {
+    run(|| {
+        let log: Log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = channel::<gen_server::ServerRef<Worker>>();
+        let log2 = log.clone();
+        let quiet = DownReason::ShutdownWith("done".into());
+        let quiet2 = quiet.clone();
+        let spec = ChildSpec::worker("t", move || {
+            let stop_with = Some(quiet2.clone());
+            let w = Worker { id: "t", log: log2.clone(), slow_init: MS, fail_init: false, stop_with };
+            let s = gen_server::start_link(w).map_err(|e| custom(&e.to_string()))?;
+            let pid = s.pid();
+            let _ = tx.send(s);
+            Ok(pid)
+        })
+        .restart(Restart::Transient);
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), vec![spec]).unwrap();
+        let first = rx.recv_timeout(GUARD).unwrap();
+        let m = smarm::monitor(first.pid());
+        first.cast(());
+        let d = next_down();
+        assert_eq!((d.monitor, d.reason), (m, quiet));
+        // Once the exit is handled (the Down can overtake the exit signal to the supervisor):
+        // the spec is kept, not running, and nothing was restarted.
+        let state = loop {
+            match sup.which_children().unwrap()[0].state {
+                supervisor::ChildState::Running(p) if p == first.pid() => smarm::yield_now(),
+                other => break other,
+            }
+        };
+        assert_eq!(state, supervisor::ChildState::Undefined);
+        assert!(rx.try_recv().is_err(), "the transient child was restarted");
     });
 }
 

@@ -104,6 +104,19 @@ fn kill_and_wait(pid: Pid) {
     assert_eq!(d.monitor, m);
 }
 
+/// The state of child `i` once the supervisor has handled the exit of `old` (a process's
+/// Downs go out before its link exit signals, so a request sent after the Down can overtake
+/// the exit signal: ask until the child is no longer shown running as `old`).
+fn state_after_exit(sup: &SupervisorRef, i: usize, old: Pid) -> ChildState {
+    loop {
+        match sup.which_children().unwrap().get(i).map(|c| c.state) {
+            Some(ChildState::Running(p)) if p == old => smarm::yield_now(),
+            Some(state) => return state,
+            None => return ChildState::Undefined,
+        }
+    }
+}
+
 fn info(id: &str, state: ChildState, child_type: ChildType) -> ChildInfo {
     ChildInfo { id: id.to_string(), state, child_type }
 }
@@ -556,7 +569,7 @@ fn transient_child_ending_with_shutdown_with_a_term_is_not_restarted() {
         next(&rx).send(quiet()).unwrap();
         let d = next_down();
         assert_eq!((d.monitor, d.reason), (m, quiet()));
-        // A request after the exit: handled after it (the exit signal went out before the Down).
+        assert_eq!(state_after_exit(&sup, 0, pid), ChildState::Undefined, "the transient child was restarted");
         assert_eq!(sup.which_children().unwrap(), [info("t", ChildState::Undefined, ChildType::Worker)]);
         assert!(rx.try_recv().is_err(), "the transient child was restarted");
     });
@@ -572,6 +585,7 @@ fn transient_dynamic_child_ending_with_shutdown_with_a_term_is_forgotten() {
         let m = smarm::monitor(pid);
         next(&rx).send(quiet()).unwrap();
         assert_eq!(next_down().monitor, m);
+        assert_eq!(state_after_exit(sup.supervisor(), 0, pid), ChildState::Undefined);
         assert_eq!(sup.which_children().unwrap(), []);
         assert!(rx.try_recv().is_err(), "the transient child was restarted");
     });
