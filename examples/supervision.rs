@@ -122,7 +122,8 @@ fn main() {
             // A pool of dynamic children, each started with its own arguments.
             let job = DynamicSpec::worker("job", |n: u64| Ok(parked(format!("job {n}"))));
             let pool = supervisor::start_simple(SupFlags::new(Strategy::SimpleOneForOne), job).expect("pool");
-            let jobs: Vec<smarm::Pid> = (1..=3).map(|n| pool.start_child(n).expect("start_child").expect("a pid")).collect();
+            let jobs: Vec<smarm::Pid> =
+                (1..=3).map(|n| pool.start_child(n).expect("start_child").expect("a pid")).collect();
             println!("pool: {}", children(pool.supervisor()));
             println!("killing {}: restarted with the same argument", jobs[1]);
             smarm::kill(jobs[1]);

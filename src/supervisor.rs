@@ -270,9 +270,7 @@ impl fmt::Debug for ChildSpec {
     }
 }
 
-fn erase<S: Into<Started>>(
-    start: impl Fn() -> Result<S, DownReason> + Send + Sync + 'static,
-) -> StartFn {
+fn erase<S: Into<Started>>(start: impl Fn() -> Result<S, DownReason> + Send + Sync + 'static) -> StartFn {
     Arc::new(move || start().map(Into::into))
 }
 
@@ -794,6 +792,9 @@ struct Child {
     restarting: bool,
 }
 
+/// A template's start function, taking its arguments type-erased.
+type ErasedStartFn = Arc<dyn Fn(&(dyn Any + Send)) -> Result<Started, DownReason> + Send + Sync>;
+
 /// The dynamic children's template, type-erased.
 struct Template {
     id: String,
@@ -804,7 +805,7 @@ struct Template {
     /// Whether a `StartDynamic` payload is of the argument type.
     accepts: fn(&(dyn Any + Send)) -> bool,
     /// Starts an instance from its arguments (a clone of them).
-    start: Arc<dyn Fn(&(dyn Any + Send)) -> Result<Started, DownReason> + Send + Sync>,
+    start: ErasedStartFn,
 }
 
 fn accepts<A: 'static>(a: &(dyn Any + Send)) -> bool {
@@ -969,7 +970,14 @@ fn spawn_sup(flags: SupFlags, init: Init) -> Result<SupervisorRef, SupStartError
                     match call_start(|| (spec.start)()) {
                         Ok(Started::Ignore) if spec.restart == Restart::Temporary => {}
                         Ok(started) => {
-                            sup.insert(Some(spec.id), Start::Static(spec.start), spec.restart, spec.shutdown, spec.child_type, started.pid());
+                            sup.insert(
+                                Some(spec.id),
+                                Start::Static(spec.start),
+                                spec.restart,
+                                spec.shutdown,
+                                spec.child_type,
+                                started.pid(),
+                            );
                         }
                         Err(reason) => {
                             sup.stop_all();
@@ -1187,7 +1195,14 @@ impl Sup {
             Started::Ignore if spec.restart == Restart::Temporary => Ok(None),
             started => {
                 let pid = started.pid();
-                self.insert(Some(spec.id), Start::Static(spec.start), spec.restart, spec.shutdown, spec.child_type, pid);
+                self.insert(
+                    Some(spec.id),
+                    Start::Static(spec.start),
+                    spec.restart,
+                    spec.shutdown,
+                    spec.child_type,
+                    pid,
+                );
                 Ok(pid)
             }
         }

@@ -87,7 +87,8 @@ use std::time::{Duration, Instant};
 use smarm::channel::{channel, oneshot, watch, OneshotReceiver, OneshotSender, Receiver, Sender};
 use smarm::gen_server::{self, CallResult, Flow, From, GenServer, InitResult};
 use smarm::supervisor::{
-    self, ChildSpec, Restart, Shutdown, SimpleSupervisorRef, Strategy, SupFlags, SupStartError, SupervisorError, SupervisorRef,
+    self, ChildSpec, Restart, Shutdown, SimpleSupervisorRef, Strategy, SupFlags, SupStartError, SupervisorError,
+    SupervisorRef,
 };
 use smarm::{DownReason, Exit, JoinHandle, Pid, Runtime, Signal};
 

@@ -51,8 +51,8 @@ use std::time::Duration;
 
 use smarm::channel::{channel, Receiver, Sender};
 use smarm::supervisor::{
-    self, ChildCounts, ChildInfo, ChildSpec, ChildState, ChildType, DynamicSpec, Restart, Started, Strategy,
-    SupFlags, SupStartError, SupervisorError, SupervisorRef,
+    self, ChildCounts, ChildInfo, ChildSpec, ChildState, ChildType, DynamicSpec, Restart, Started, Strategy, SupFlags,
+    SupStartError, SupervisorError, SupervisorRef,
 };
 use smarm::{DownReason, Exit, LookupError, Pid, Runtime, Signal};
 
@@ -563,7 +563,8 @@ fn quiet() -> DownReason {
 fn transient_child_ending_with_shutdown_with_a_term_is_not_restarted() {
     run(|| {
         let (tx, rx) = channel();
-        let sup = supervisor::start_link(flags(Strategy::OneForOne), vec![ending("t", Restart::Transient, &tx)]).unwrap();
+        let sup =
+            supervisor::start_link(flags(Strategy::OneForOne), vec![ending("t", Restart::Transient, &tx)]).unwrap();
         let pid = sup.which_children().unwrap()[0].pid().unwrap();
         let m = smarm::monitor(pid);
         next(&rx).send(quiet()).unwrap();
@@ -595,7 +596,8 @@ fn transient_dynamic_child_ending_with_shutdown_with_a_term_is_forgotten() {
 fn permanent_child_ending_with_shutdown_with_a_term_is_restarted() {
     run(|| {
         let (tx, rx) = channel();
-        let sup = supervisor::start_link(flags(Strategy::OneForOne), vec![ending("p", Restart::Permanent, &tx)]).unwrap();
+        let sup =
+            supervisor::start_link(flags(Strategy::OneForOne), vec![ending("p", Restart::Permanent, &tx)]).unwrap();
         let first = sup.which_children().unwrap()[0].pid().unwrap();
         next(&rx).send(quiet()).unwrap();
         next(&rx); // restarted
