@@ -633,7 +633,7 @@ fn shutdown_with_a_term_kills_a_linked_actor_that_does_not_trap_exits() {
         assert_eq!(ender.join(), Err(quiet()));
         assert_eq!(bystander.join(), Err(quiet()));
         match smarm::recv_signal_timeout(GUARD) {
-            Some(Signal::Exit(Exit { from, reason })) => assert_eq!((from, reason), (ender_pid, quiet())),
+            Ok(Signal::Exit(Exit { from, reason })) => assert_eq!((from, reason), (ender_pid, quiet())),
             other => panic!("expected the exit signal, got {other:?}"),
         }
     });
