@@ -102,7 +102,7 @@
 //! # Requests
 //!
 //! Every [`SupervisorRef`] method is a request to the supervisor actor and waits for its
-//! answer. Made by the supervisor itself (from a start function), it would wait forever;
+//! answer (parking an actor, blocking a plain thread: requests work from either). Made by the supervisor itself (from a start function), it would wait forever;
 //! it fails at once with [`SupervisorError::CallingSelf`] instead (OTP: `calling_self`). A
 //! supervisor that has ended answers [`SupervisorError::NoProc`].
 //!

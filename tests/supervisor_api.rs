@@ -43,6 +43,8 @@
 //! - typed start errors: start_link_reports_a_spawn_failure_as_a_spawn_error,
 //!   duplicate_child_ids_are_refused, simple_one_for_one_needs_exactly_one_spec
 //! - requests to a stopped supervisor: requests_to_a_stopped_supervisor_fail_with_noproc
+//! - requests work from plain threads too (DESIGN.md: every blocking call does):
+//!   requests_work_from_a_plain_thread
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -723,5 +725,28 @@ fn requests_to_a_stopped_supervisor_fail_with_noproc() {
         assert_eq!(sup.restart_child("a"), Err(SupervisorError::NoProc));
         assert_eq!(sup.stop(), Err(SupervisorError::NoProc));
         assert!(SupervisorError::NoProc.to_string().contains("not running"));
+    });
+}
+
+#[test]
+fn requests_work_from_a_plain_thread() {
+    run(|| {
+        let (tx, rx) = channel::<Pid>();
+        let sup = supervisor::start_link(flags(Strategy::OneForOne), vec![reporting("a", &tx)]).unwrap();
+        let a = next(&rx);
+        let sup2 = sup.clone();
+        let tx2 = tx.clone();
+        let thread = std::thread::spawn(move || {
+            let before = sup2.which_children();
+            let terminated = sup2.terminate_child("a");
+            let added = sup2.start_child(reporting("b", &tx2)).map(|p| p.is_some());
+            (before, terminated, added, sup2.count_children())
+        });
+        // Joined off the runtime: this actor's thread blocks, the supervisor runs on the other.
+        let (before, terminated, added, counts) = smarm::spawn_blocking(move || thread.join().unwrap()).join().unwrap();
+        assert_eq!(before, Ok(vec![running("a", a)]));
+        assert_eq!(terminated, Ok(()));
+        assert_eq!(added, Ok(true));
+        assert_eq!(counts, Ok(ChildCounts { specs: 2, active: 1, supervisors: 0, workers: 2 }));
     });
 }
