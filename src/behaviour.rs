@@ -1,5 +1,5 @@
-//! What the behaviours share (layer 4): the call protocol (a request carries a [`From`];
-//! the reply lands in the caller's frame or on a oneshot; a dropped `From` means the server
+//! What the behaviours share (layer 4): the call protocol (a request carries a [`Caller`];
+//! the reply lands in the caller's frame or on a oneshot; a dropped `Caller` means the server
 //! died or dropped a deferred reply), the exit cell that tells callers why a server ended,
 //! ending a behaviour actor with a reason, stopping one, start options and the start and
 //! call errors. `gen_server` and `gen_statem` are built on it and re-export its public types.
@@ -9,7 +9,7 @@
 //! OTP's `call` monitors the server, so a caller fails as soon as the server dies, whoever
 //! holds the reply. Here a call is ended by its reply handle being dropped, which the
 //! server's death does unless the handle was deferred and given to someone else. So
-//! [`From::defer`] leaves a second handle on the call with the server (in an actor-local
+//! [`Caller::defer`] leaves a second handle on the call with the server (in an actor-local
 //! list, [`DEFERRED`]): one that can end the call without a reply and is used when the server
 //! ends (the list is dropped with the server's actor-local values, after its exit cell is
 //! set, so the caller finds the reason). Whichever of the reply, the drop of the deferred
@@ -28,8 +28,8 @@ use crate::runtime::WaitLimit;
 use crate::slot_state::Pid;
 
 /// The caller of one `call`, as seen by `handle_call`. Return [`CallResult::Reply`](crate::gen_server::CallResult::Reply) to
-/// answer now, or take a [`ReplyTo`] with [`From::defer`] and answer later from anywhere.
-pub struct From<R> {
+/// answer now, or take a [`ReplyTo`] with [`Caller::defer`] and answer later from anywhere.
+pub struct Caller<R> {
     tx: std::cell::Cell<Option<Reply<R>>>,
     caller: Option<Pid>,
 }
@@ -153,7 +153,7 @@ crate::actor_local! {
     static DEFERRED: DeferredCalls = DeferredCalls::default();
 }
 
-impl<R: Send> From<R> {
+impl<R: Send> Caller<R> {
     /// Takes the reply handle out, to answer later (then return [`CallResult::NoReply`](crate::gen_server::CallResult::NoReply)).
     ///
     /// # Panics
@@ -166,7 +166,7 @@ impl<R: Send> From<R> {
     where
         R: 'static,
     {
-        let tx = self.tx.take().expect("gen_server: From::defer called twice");
+        let tx = self.tx.take().expect("gen_server: Caller::defer called twice");
         // The server keeps a handle that ends the call when it ends (module doc).
         let (tx, deferred) = match tx {
             Reply::Frame(s) => {
@@ -177,9 +177,9 @@ impl<R: Send> From<R> {
                 let shared = Arc::new(RawMutex::new(Rank::Primitive, Some(s)));
                 (Reply::Shared(SharedOneshot(shared.clone())), Deferred::Oneshot(shared))
             }
-            Reply::Shared(_) => unreachable!("a From holds no shared reply"),
+            Reply::Shared(_) => unreachable!("a Caller holds no shared reply"),
         };
-        // `defer` runs in the server (a `From` is only lent to its callbacks), so the entry
+        // `defer` runs in the server (a `Caller` is only lent to its callbacks), so the entry
         // is the server's. An actor whose local values are already being dropped cannot
         // defer a call any more: its caller is left to the reply handle alone.
         let _ = DEFERRED.try_with(|d| d.push(deferred));
@@ -204,9 +204,9 @@ impl<R: Send> From<R> {
     }
 }
 
-impl<R> fmt::Debug for From<R> {
+impl<R> fmt::Debug for Caller<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("From").field("caller", &self.caller).finish()
+        f.debug_struct("Caller").field("caller", &self.caller).finish()
     }
 }
 
@@ -231,8 +231,20 @@ impl<R> fmt::Debug for ReplyTo<R> {
     }
 }
 
-/// Why `start` did not return a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why `start` did not return a server (gen_server or gen_statem).
+///
+/// ```
+/// use smarm::gen_server::{self, Caller, CallResult, GenServer, InitResult, Ctx, StartError};
+/// struct Refuses;
+/// impl GenServer for Refuses {
+///     type Call = (); type Reply = (); type Cast = (); type Info = (); type Continue = ();
+///     fn init(&mut self, _ctx: &Ctx<Self>) -> InitResult<()> { InitResult::Ignore }
+///     fn handle_call(&mut self, _: (), _: &Caller<()>, _: &Ctx<Self>) -> CallResult<(), ()> { CallResult::Reply(()) }
+/// }
+/// smarm::run(|| assert_eq!(gen_server::start(Refuses).err(), Some(StartError::Ignore)));
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
 pub enum StartError {
     /// `init` returned `Stop` or panicked.
     Init(DownReason),
@@ -240,21 +252,47 @@ pub enum StartError {
     Ignore,
     /// The name is registered to this live actor.
     AlreadyStarted(Pid),
-    /// Spawning failed (slab full, out of memory maps, shutting down); the message says why.
-    Spawn(String),
+    /// Spawning the server's actor failed.
+    Spawn(crate::SpawnError),
+}
+
+/// Equal variants with equal data; two `Spawn` errors are equal when they are the same kind
+/// of spawn failure (`SpawnError` holds an `io::Error`, which has no equality of its own).
+impl PartialEq for StartError {
+    fn eq(&self, other: &Self) -> bool {
+        use crate::SpawnError as S;
+        match (self, other) {
+            (StartError::Init(a), StartError::Init(b)) => a == b,
+            (StartError::Ignore, StartError::Ignore) => true,
+            (StartError::AlreadyStarted(a), StartError::AlreadyStarted(b)) => a == b,
+            (StartError::Spawn(a), StartError::Spawn(b)) => match (a, b) {
+                (S::Full { max_actors: x }, S::Full { max_actors: y }) => x == y,
+                (S::Stack(x), S::Stack(y)) => x.kind() == y.kind(),
+                _ => std::mem::discriminant(a) == std::mem::discriminant(b),
+            },
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StartError::Init(r) => write!(f, "gen_server init failed: {r}"),
-            StartError::Ignore => f.write_str("gen_server init returned ignore"),
-            StartError::AlreadyStarted(p) => write!(f, "gen_server name already registered to {p}"),
-            StartError::Spawn(e) => write!(f, "gen_server could not be spawned: {e}"),
+            StartError::Init(r) => write!(f, "behaviour init failed: {r}"),
+            StartError::Ignore => f.write_str("behaviour init returned ignore"),
+            StartError::AlreadyStarted(p) => write!(f, "behaviour name already registered to {p}"),
+            StartError::Spawn(e) => write!(f, "behaviour could not be spawned: {e}"),
         }
     }
 }
-impl std::error::Error for StartError {}
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StartError::Spawn(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Why a `call` (or a `stop`) failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,17 +336,17 @@ pub(crate) fn exit_reason_now(rx: &WatchReceiver<Option<DownReason>>) -> Option<
 }
 
 /// Makes one call to the behaviour actor `server` (gen_server, gen_statem): `send` posts
-/// the request carrying the given [`From`] and returns false if the server's mailbox is
+/// the request carrying the given [`Caller`] and returns false if the server's mailbox is
 /// gone (it drops the request itself); then the reply is awaited within `limit`.
 ///
-/// A `From` dropped without a reply means the server dropped the request: it died (the
+/// A `Caller` dropped without a reply means the server dropped the request: it died (the
 /// reason is read from its exit cell, waiting for the cell up to the limit) or dropped a
 /// deferred reply (then the caller times out, as in OTP).
 pub(crate) fn call_with<R: Send>(
     server: Pid,
     mut limit: WaitLimit,
     exit: &WatchReceiver<Option<DownReason>>,
-    send: impl FnOnce(From<R>) -> bool,
+    send: impl FnOnce(Caller<R>) -> bool,
 ) -> Result<R, CallError> {
     let Some((shared, me, slot)) = crate::runtime::current_actor_slot() else {
         return call_by_oneshot(None, limit, exit, send);
@@ -323,7 +361,7 @@ pub(crate) fn call_with<R: Send>(
     }
     // The reply lands in this frame; `wait` stays in place until the call is over.
     let wait = ReplyWait::new(slot);
-    let from = From { tx: std::cell::Cell::new(Some(Reply::Frame(wait.sender(shared, me)))), caller: Some(me) };
+    let from = Caller { tx: std::cell::Cell::new(Some(Reply::Frame(wait.sender(shared, me)))), caller: Some(me) };
     if !send(from) {
         return Err(no_proc());
     }
@@ -341,10 +379,10 @@ fn call_by_oneshot<R: Send>(
     caller: Option<Pid>,
     mut limit: WaitLimit,
     exit: &WatchReceiver<Option<DownReason>>,
-    send: impl FnOnce(From<R>) -> bool,
+    send: impl FnOnce(Caller<R>) -> bool,
 ) -> Result<R, CallError> {
     let (tx, mut rx) = oneshot();
-    if !send(From { tx: std::cell::Cell::new(Some(Reply::Channel(tx))), caller }) {
+    if !send(Caller { tx: std::cell::Cell::new(Some(Reply::Channel(tx))), caller }) {
         return Err(no_proc());
     }
     match rx.recv_within(&mut limit) {
@@ -352,6 +390,13 @@ fn call_by_oneshot<R: Send>(
         Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
         Err(RecvTimeoutError::Disconnected) => Err(server_gone(limit, exit)),
     }
+}
+
+/// A [`Caller`] whose reply goes to the returned oneshot (`send_request`: the reply is
+/// taken after the sending frame is gone). `caller` is the requesting actor, if any.
+pub(crate) fn oneshot_caller<R: Send>(caller: Option<Pid>) -> (Caller<R>, crate::channel::OneshotReceiver<R>) {
+    let (tx, rx) = oneshot();
+    (Caller { tx: std::cell::Cell::new(Some(Reply::Channel(tx))), caller }, rx)
 }
 
 /// `NoProc`, after a preemption check: a call that fails at once does not block, so a loop
@@ -363,11 +408,11 @@ pub(crate) fn no_proc() -> CallError {
     CallError::NoProc
 }
 
-/// The server dropped a call's `From`: `Down` with its exit reason once its exit cell is
+/// The server dropped a call's `Caller`: `Down` with its exit reason once its exit cell is
 /// set (waiting for it within what is left of the call's `limit`), else `Timeout` (a
 /// deferred reply that was dropped).
 #[cold]
-fn server_gone(limit: WaitLimit, exit: &WatchReceiver<Option<DownReason>>) -> CallError {
+pub(crate) fn server_gone(limit: WaitLimit, exit: &WatchReceiver<Option<DownReason>>) -> CallError {
     // What is left of the call's limit, as a deadline: a park woken after its timeout was
     // armed left the armed deadline; a relative limit still restarts now (it was woken
     // within the rounds before arming), so the wait may end that little late, never early.
@@ -427,7 +472,7 @@ pub(crate) fn await_exit(exit: &WatchReceiver<Option<DownReason>>) {
 }
 
 /// Sets the exit cell when the server ends, however it ends (before the mailbox and any
-/// pending `From` drop, so a caller that sees its reply channel close finds the reason).
+/// pending `Caller` drop, so a caller that sees its reply channel close finds the reason).
 pub(crate) struct ExitCell {
     pub(crate) tx: WatchSender<Option<DownReason>>,
     pub(crate) reason: Option<DownReason>,

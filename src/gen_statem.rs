@@ -72,7 +72,7 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use crate::behaviour::{call_with, exit_reason_now, exit_with, stop_server, CallError, ExitCell, From, StartError};
+use crate::behaviour::{call_with, exit_reason_now, exit_with, stop_server, CallError, Caller, ExitCell, StartError};
 use crate::channel::{oneshot, watch, OneshotSender, WatchReceiver, WatchSender};
 use crate::gen_server::Info;
 use crate::mailbox::{Addr, Envelope, Mailbox};
@@ -108,8 +108,8 @@ pub trait GenStatem: Send + Sized + 'static {
 
 /// An event delivered to `handle_event`.
 pub enum Event<M: GenStatem> {
-    /// A `call`; answer with [`Transition::reply`] or keep the [`From`] (`from.defer()`).
-    Call(M::Call, From<M::Reply>),
+    /// A `call`; answer with [`Transition::reply`] or keep the [`Caller`] (`from.defer()`).
+    Call(M::Call, Caller<M::Reply>),
     /// A `cast`.
     Cast(M::Cast),
     /// An `info` message or a signal.
@@ -222,7 +222,7 @@ impl<M: GenStatem> Transition<M> {
 /// Messages a machine's mailbox carries.
 #[doc(hidden)]
 pub enum Request<M: GenStatem> {
-    Call(M::Call, From<M::Reply>),
+    Call(M::Call, Caller<M::Reply>),
     Cast(M::Cast),
     Info(M::Info),
     Stop(DownReason, OneshotSender<()>),
@@ -266,7 +266,7 @@ pub fn start_opts<M: GenStatem>(machine: M, opts: crate::behaviour::StartOpts) -
         move |mb: Mailbox<Request<M>>| run(machine, mb, name, parent, exit_tx, ready_tx),
         parent,
     )
-    .map_err(|e| StartError::Spawn(e.to_string()))?;
+    .map_err(StartError::Spawn)?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(StatemRef { addr, exit: exit_rx }),
         Ok(Err(e)) => Err(e),

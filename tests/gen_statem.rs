@@ -57,7 +57,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use smarm::channel::{channel, Receiver, Sender};
-use smarm::gen_server::{CallError, From};
+use smarm::gen_server::{CallError, Caller};
 use smarm::gen_statem::{self, Event, GenStatem, StatemRef, Transition};
 use smarm::{DownReason, Runtime};
 
@@ -295,7 +295,7 @@ impl<const ENTER: bool> GenStatem for Probe<ENTER> {
 }
 
 impl<const ENTER: bool> Probe<ENTER> {
-    fn call(&mut self, state: &St, req: &Req, from: &From<u32>) -> Transition<Self> {
+    fn call(&mut self, state: &St, req: &Req, from: &Caller<u32>) -> Transition<Self> {
         match req {
             Req::Sync => Transition::keep().reply(0),
             Req::PostCall(told) if *state == St::A => {
