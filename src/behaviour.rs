@@ -34,22 +34,38 @@ pub struct Caller<R> {
     caller: Option<Pid>,
 }
 
-/// Where a reply goes: the calling actor's frame, or a oneshot (callers that are plain
-/// threads or actors of another runtime), which a deferred reply shares with its server.
+/// Where a call's reply goes: the calling actor's frame, or a oneshot (callers that are
+/// plain threads or actors of another runtime, and `send_request`). Two variants only: this
+/// is dropped on every call, and each variant adds to that drop glue on the call path.
 enum Reply<R> {
     Frame(ReplySender<R>),
     Channel(OneshotSender<R>),
-    Shared(SharedOneshot<R>),
 }
 
 impl<R> Reply<R> {
+    #[inline(always)]
     fn send(self, r: R) {
         match self {
             Reply::Frame(tx) => tx.send(r),
             Reply::Channel(tx) => {
                 let _ = tx.send(r);
             }
-            Reply::Shared(tx) => {
+        }
+    }
+}
+
+/// Where a deferred reply goes: the calling actor's frame, or a oneshot shared with the
+/// server's [`DEFERRED`] list.
+enum DeferredReply<R> {
+    Frame(ReplySender<R>),
+    Shared(SharedOneshot<R>),
+}
+
+impl<R> DeferredReply<R> {
+    fn send(self, r: R) {
+        match self {
+            DeferredReply::Frame(tx) => tx.send(r),
+            DeferredReply::Shared(tx) => {
                 if let Some(tx) = tx.take() {
                     let _ = tx.send(r);
                 }
@@ -171,13 +187,12 @@ impl<R: Send> Caller<R> {
         let (tx, deferred) = match tx {
             Reply::Frame(s) => {
                 let cancel = s.call_cancel();
-                (Reply::Frame(s), Deferred::Frame(cancel))
+                (DeferredReply::Frame(s), Deferred::Frame(cancel))
             }
             Reply::Channel(s) => {
                 let shared = Arc::new(RawMutex::new(Rank::Primitive, Some(s)));
-                (Reply::Shared(SharedOneshot(shared.clone())), Deferred::Oneshot(shared))
+                (DeferredReply::Shared(SharedOneshot(shared.clone())), Deferred::Oneshot(shared))
             }
-            Reply::Shared(_) => unreachable!("a Caller holds no shared reply"),
         };
         // `defer` runs in the server (a `Caller` is only lent to its callbacks), so the entry
         // is the server's. An actor whose local values are already being dropped cannot
@@ -188,8 +203,8 @@ impl<R: Send> Caller<R> {
         let runtime = match &tx {
             // SAFETY: `defer` is called by the server, an actor of the caller's runtime
             // (`call_with` makes actor replies only for those).
-            Reply::Frame(s) => Some(unsafe { s.runtime() }),
-            Reply::Channel(_) | Reply::Shared(_) => None,
+            DeferredReply::Frame(s) => Some(unsafe { s.runtime() }),
+            DeferredReply::Shared(_) => None,
         };
         ReplyTo { tx, _runtime: runtime }
     }
@@ -197,8 +212,18 @@ impl<R: Send> Caller<R> {
     pub fn caller(&self) -> Option<Pid> {
         self.caller
     }
+    /// Replies, unless the reply was deferred (for a `Caller` the replier only borrows).
     pub(crate) fn reply_now(&self, r: R) {
         if let Some(tx) = self.tx.take() {
+            tx.send(r);
+        }
+    }
+    /// Replies, unless the reply was deferred, consuming the handle: nothing is left to drop
+    /// (the call path's reply; [`reply_now`](Self::reply_now) leaves an empty cell whose
+    /// drop glue the compiler cannot always see through).
+    #[inline(always)]
+    pub(crate) fn reply_into(self, r: R) {
+        if let Some(tx) = self.tx.into_inner() {
             tx.send(r);
         }
     }
@@ -213,7 +238,7 @@ impl<R> fmt::Debug for Caller<R> {
 /// A deferred reply: send it from any actor or thread. Dropping it without replying leaves
 /// the caller to time out (or to fail with [`CallError::Down`] if the server ends first).
 pub struct ReplyTo<R> {
-    tx: Reply<R>,
+    tx: DeferredReply<R>,
     /// Keeps the caller's runtime alive for an actor reply (dropped after `tx`).
     _runtime: Option<std::sync::Arc<crate::runtime::Shared>>,
 }

@@ -590,11 +590,11 @@ fn run_loop<S: GenServer>(
         let flow = match env {
             Envelope::Msg(Request::Call(req, from)) => match server.handle_call(req, &from, ctx) {
                 CallResult::Reply(r) => {
-                    from.reply_now(r);
+                    from.reply_into(r);
                     continue;
                 }
                 CallResult::ReplyThen(r, t) => {
-                    from.reply_now(r);
+                    from.reply_into(r);
                     Flow::Then(t)
                 }
                 CallResult::NoReply => continue,
@@ -602,7 +602,7 @@ fn run_loop<S: GenServer>(
                 CallResult::Stop(reason, reply) => {
                     terminate(server, &reason);
                     if let Some(r) = reply {
-                        from.reply_now(r);
+                        from.reply_into(r);
                     }
                     return reason;
                 }
@@ -785,17 +785,17 @@ impl<S: GenServer> ServerRef<S> {
             let handle: TypedCall<S> =
                 Box::new(move |server: &mut S, ctx: &Ctx<S>| match server.handle(msg, &from, ctx) {
                     CallResult::Reply(r) => {
-                        from.reply_now(r);
+                        from.reply_into(r);
                         Handled::Flow(Flow::Continue)
                     }
                     CallResult::ReplyThen(r, t) => {
-                        from.reply_now(r);
+                        from.reply_into(r);
                         Handled::Flow(Flow::Then(t))
                     }
                     CallResult::NoReply => Handled::Flow(Flow::Continue),
                     CallResult::NoReplyThen(t) => Handled::Flow(Flow::Then(t)),
                     CallResult::Stop(reason, reply) => {
-                        Handled::Stop(reason, reply.map(|r| Box::new(move || from.reply_now(r)) as Box<dyn FnOnce()>))
+                        Handled::Stop(reason, reply.map(|r| Box::new(move || from.reply_into(r)) as Box<dyn FnOnce()>))
                     }
                 });
             self.addr.try_send(Request::Typed(TypedRequest(handle))).is_ok()
