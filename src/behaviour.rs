@@ -27,8 +27,10 @@ use crate::reply::{CallCancel, NoReply, ReplySender, ReplyWait};
 use crate::runtime::WaitLimit;
 use crate::slot_state::Pid;
 
-/// The caller of one `call`, as seen by `handle_call`. Return [`CallResult::Reply`](crate::gen_server::CallResult::Reply) to
-/// answer now, or take a [`ReplyTo`] with [`Caller::defer`] and answer later from anywhere.
+/// The caller of one `call`, as seen by `handle_call` (and gen_statem's `Event::Call`).
+/// Return [`CallResult::Reply`](crate::gen_server::CallResult::Reply) to answer now, or take
+/// a [`ReplyTo`] with [`Caller::defer`] and answer later from anywhere. (OTP's `From`; named
+/// so as not to shadow `std::convert::From`.)
 pub struct Caller<R> {
     tx: std::cell::Cell<Option<Reply<R>>>,
     caller: Option<Pid>,
@@ -178,6 +180,21 @@ impl<R: Send> Caller<R> {
     /// If the server ends before the reply is sent, the caller fails at once with
     /// [`CallError::Down`], wherever the [`ReplyTo`] is (as OTP's call, which monitors the
     /// server); a reply sent after that is discarded.
+    ///
+    /// ```
+    /// use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer};
+    /// /// Answers each call from a helper actor.
+    /// struct Delegates;
+    /// impl GenServer for Delegates {
+    ///     type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Continue = ();
+    ///     fn handle_call(&mut self, x: u32, from: &Caller<u32>, _: &Ctx<Self>) -> CallResult<u32> {
+    ///         let reply = from.defer();
+    ///         smarm::spawn(move || reply.reply(x * 10));
+    ///         CallResult::NoReply
+    ///     }
+    /// }
+    /// smarm::run(|| assert_eq!(gen_server::start(Delegates).unwrap().call(4), Ok(40)));
+    /// ```
     pub fn defer(&self) -> ReplyTo<R>
     where
         R: 'static,
@@ -209,6 +226,25 @@ impl<R: Send> Caller<R> {
         ReplyTo { tx, _runtime: runtime }
     }
     /// The calling actor (None for a plain thread).
+    ///
+    /// ```
+    /// use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer};
+    /// struct WhoCalls;
+    /// impl GenServer for WhoCalls {
+    ///     type Call = (); type Reply = Option<smarm::Pid>; type Cast = (); type Info = (); type Continue = ();
+    ///     fn handle_call(&mut self, _: (), from: &Caller<Option<smarm::Pid>>, _: &Ctx<Self>) -> CallResult<Option<smarm::Pid>> {
+    ///         CallResult::Reply(from.caller())
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let s = gen_server::start(WhoCalls).unwrap();
+    ///     assert_eq!(s.call(()), Ok(Some(smarm::current_pid())));
+    ///     let s2 = s.clone();
+    ///     // A plain thread has no pid.
+    ///     let from_thread = std::thread::spawn(move || s2.call(())).join().unwrap();
+    ///     assert_eq!(from_thread, Ok(None));
+    /// });
+    /// ```
     pub fn caller(&self) -> Option<Pid> {
         self.caller
     }
@@ -245,6 +281,29 @@ pub struct ReplyTo<R> {
 
 impl<R: Send> ReplyTo<R> {
     /// Sends the reply (discarded if the caller gave up).
+    ///
+    /// ```
+    /// use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer, ReplyTo};
+    /// /// Answers the held call when told to (a cast).
+    /// struct Later(Option<ReplyTo<&'static str>>);
+    /// impl GenServer for Later {
+    ///     type Call = (); type Reply = &'static str; type Cast = (); type Info = (); type Continue = ();
+    ///     fn handle_call(&mut self, _: (), from: &Caller<&'static str>, _: &Ctx<Self>) -> CallResult<&'static str> {
+    ///         self.0 = Some(from.defer());
+    ///         CallResult::NoReply
+    ///     }
+    ///     fn handle_cast(&mut self, _: (), _: &Ctx<Self>) -> gen_server::Flow {
+    ///         if let Some(r) = self.0.take() { r.reply("now"); }
+    ///         gen_server::Flow::Continue
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let s = gen_server::start(Later(None)).unwrap();
+    ///     let s2 = s.clone();
+    ///     smarm::spawn(move || s2.cast(()));
+    ///     assert_eq!(s.call(()), Ok("now"));
+    /// });
+    /// ```
     pub fn reply(self, reply: R) {
         self.tx.send(reply);
     }
@@ -320,6 +379,20 @@ impl std::error::Error for StartError {
 }
 
 /// Why a `call` (or a `stop`) failed.
+///
+/// ```
+/// use smarm::gen_server::{self, CallError};
+/// smarm::run(|| {
+///     # struct Echo;
+///     # impl gen_server::GenServer for Echo {
+///     #     type Call = (); type Reply = (); type Cast = (); type Info = (); type Continue = ();
+///     #     fn handle_call(&mut self, _: (), _: &gen_server::Caller<()>, _: &gen_server::Ctx<Self>) -> gen_server::CallResult<()> {
+///     #         gen_server::CallResult::Reply(())
+///     #     }
+///     # }
+///     assert_eq!(gen_server::call_named::<Echo>("nobody", ()), Err(CallError::NoProc));
+/// });
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CallError {
@@ -348,6 +421,11 @@ impl std::error::Error for CallError {}
 
 /// Options for [`gen_server::start_opts`](crate::gen_server::start_opts) and
 /// [`gen_statem::start_opts`](crate::gen_statem::start_opts).
+///
+/// ```
+/// let opts = smarm::gen_server::StartOpts { name: Some("db".into()), link: true };
+/// assert_eq!(opts.name.as_deref(), Some("db"));
+/// ```
 #[derive(Debug, Default, Clone)]
 pub struct StartOpts {
     /// Register the server under this name (released when it stops).

@@ -1260,7 +1260,10 @@ impl<R: Send, L> ReqIdCollection<R, L> {
     }
 
     /// Waits at most `timeout` for any request's outcome and returns it with its label; on
-    /// timeout every request stays (OTP's `wait_response/3`).
+    /// timeout every request stays (OTP's `wait_response/3`). A request whose server dropped
+    /// it without replying (and lives on) comes back as `(Err(CallError::Timeout), label)`
+    /// once the timeout has passed, instead of staying in the collection to time out again
+    /// (OTP leaves it there; here it is known that no reply will come).
     ///
     /// ```
     /// use std::time::Duration;
@@ -1296,13 +1299,17 @@ impl<R: Send, L> ReqIdCollection<R, L> {
     /// use std::time::Duration;
     /// use smarm::gen_server::{NoResponse, ReqIdCollection};
     /// # use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer};
-    /// struct Mute;
-    /// impl GenServer for Mute {
+    /// /// Holds every call, never answering.
+    /// struct Holds(Vec<gen_server::ReplyTo<()>>);
+    /// impl GenServer for Holds {
     ///     type Call = (); type Reply = (); type Cast = (); type Info = (); type Continue = ();
-    ///     fn handle_call(&mut self, _: (), _: &Caller<()>, _: &Ctx<Self>) -> CallResult<()> { CallResult::NoReply }
+    ///     fn handle_call(&mut self, _: (), from: &Caller<()>, _: &Ctx<Self>) -> CallResult<()> {
+    ///         self.0.push(from.defer());
+    ///         CallResult::NoReply
+    ///     }
     /// }
     /// smarm::run(|| {
-    ///     let s = gen_server::start(Mute).unwrap();
+    ///     let s = gen_server::start(Holds(vec![])).unwrap();
     ///     let mut c = ReqIdCollection::new();
     ///     s.send_request_to((), 1, &mut c);
     ///     assert_eq!(c.receive_response(Duration::from_millis(2)), Err(NoResponse::Timeout));

@@ -541,3 +541,33 @@ fn start_reports_a_full_slab_as_a_typed_spawn_error() {
         other => panic!("expected Spawn(Full), got {other:?}"),
     }
 }
+
+/// Drops every call without replying (and lives on).
+struct Mute;
+
+impl GenServer for Mute {
+    type Call = ();
+    type Reply = ();
+    type Cast = ();
+    type Info = ();
+    type Continue = ();
+    fn handle_call(&mut self, _: (), _: &Caller<()>, _: &Ctx<Self>) -> CallResult<()> {
+        CallResult::NoReply
+    }
+}
+
+#[test]
+fn a_dropped_request_in_a_collection_comes_back_as_a_timeout_with_its_label() {
+    one_thread(|| {
+        let s = gen_server::start(Mute).unwrap();
+        let mut c = ReqIdCollection::new();
+        s.send_request_to((), "dropped", &mut c);
+        assert_eq!(c.wait_response(Duration::from_millis(2)), Ok((Err(CallError::Timeout), "dropped")));
+        assert!(c.is_empty());
+        // A single request: it times out and stays waitable (nothing more comes).
+        let mut r = s.send_request(());
+        assert_eq!(r.wait_response(Duration::from_millis(1)), Err(CallError::Timeout));
+        assert_eq!(r.check_response(), None);
+        assert!(s.is_alive());
+    });
+}
