@@ -662,7 +662,7 @@ fn after_callback<S: GenServer>(
             let deadline = crate::timer::deadline_after(Instant::now(), d);
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
-                if let Some(env) = mb.recv_timeout(left) {
+                if let Ok(env) = mb.recv_timeout(left) {
                     return Ok(env);
                 }
                 if left.is_zero() || Instant::now() >= deadline {

@@ -246,7 +246,7 @@ fn start_link_links_the_machine_to_the_caller() {
         let m = gen_statem::start_link(m).unwrap();
         m.cast(Cmd::Stop);
         match smarm::recv_signal_timeout(GUARD) {
-            Some(Signal::Exit(x)) => assert_eq!((x.from, x.reason), (m.pid(), DownReason::Custom("asked".into()))),
+            Ok(Signal::Exit(x)) => assert_eq!((x.from, x.reason), (m.pid(), DownReason::Custom("asked".into()))),
             other => panic!("expected the linked machine's Exit, got {other:?}"),
         }
     });
