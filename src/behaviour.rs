@@ -337,14 +337,14 @@ pub enum StartError {
     /// The name is registered to this live actor.
     AlreadyStarted(Pid),
     /// Spawning the server's actor failed.
-    Spawn(crate::SpawnError),
+    Spawn(crate::error::SpawnError),
 }
 
 /// Equal variants with equal data; two `Spawn` errors are equal when they are the same kind
 /// of spawn failure (`SpawnError` holds an `io::Error`, which has no equality of its own).
 impl PartialEq for StartError {
     fn eq(&self, other: &Self) -> bool {
-        use crate::SpawnError as S;
+        use crate::error::SpawnError as S;
         match (self, other) {
             (StartError::Init(a), StartError::Init(b)) => a == b,
             (StartError::Ignore, StartError::Ignore) => true,
