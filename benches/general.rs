@@ -688,7 +688,13 @@ impl smarm::gen_server::GenServer for PlusOne {
     type Reply = u64;
     type Cast = ();
     type Info = ();
-    fn handle_call(&mut self, req: u64, _from: &smarm::gen_server::From<u64>) -> smarm::gen_server::CallResult<u64> {
+    type Continue = ();
+    fn handle_call(
+        &mut self,
+        req: u64,
+        _from: &smarm::gen_server::Caller<u64>,
+        _ctx: &smarm::gen_server::Ctx<Self>,
+    ) -> smarm::gen_server::CallResult<u64> {
         smarm::gen_server::CallResult::Reply(req + 1)
     }
 }

@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use smarm::gen_server::{self, CallResult, From, GenServer, StartOpts};
+use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer, StartOpts};
 use smarm::supervisor::{self, ChildSpec, Strategy, SupFlags};
 
 struct Echo;
@@ -28,7 +28,8 @@ impl GenServer for Echo {
     type Reply = u32;
     type Cast = ();
     type Info = ();
-    fn handle_call(&mut self, x: u32, _from: &From<u32>) -> CallResult<u32> {
+    type Continue = ();
+    fn handle_call(&mut self, x: u32, _from: &Caller<u32>, _ctx: &Ctx<Self>) -> CallResult<u32> {
         if x == 0 {
             panic!("deliberate crash");
         }

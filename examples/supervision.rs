@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use smarm::gen_server::{self, CallError, CallResult, From, GenServer, StartOpts};
+use smarm::gen_server::{self, CallError, CallResult, Caller, Ctx, GenServer, StartOpts};
 use smarm::supervisor::{self, ChildSpec, DynamicSpec, Shutdown, Strategy, SupFlags};
 use smarm::DownReason;
 
@@ -24,15 +24,16 @@ impl GenServer for Flaky {
     type Reply = u64;
     type Cast = ();
     type Info = ();
+    type Continue = ();
 
-    fn init(&mut self) -> gen_server::InitResult {
+    fn init(&mut self, _ctx: &Ctx<Self>) -> gen_server::InitResult {
         // Trap exits so a supervisor shutdown runs `terminate`.
         smarm::trap_exit(true);
         println!("  [flaky {}] started", smarm::current_pid());
         gen_server::InitResult::Ok
     }
 
-    fn handle_call(&mut self, x: u64, _from: &From<u64>) -> CallResult<u64> {
+    fn handle_call(&mut self, x: u64, _from: &Caller<u64>, _ctx: &Ctx<Self>) -> CallResult<u64> {
         self.served += 1;
         if self.served % 4 == 0 {
             panic!("flaky crashed after {} requests", self.served);

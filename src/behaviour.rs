@@ -1,5 +1,5 @@
-//! What the behaviours share (layer 4): the call protocol (a request carries a [`From`];
-//! the reply lands in the caller's frame or on a oneshot; a dropped `From` means the server
+//! What the behaviours share (layer 4): the call protocol (a request carries a [`Caller`];
+//! the reply lands in the caller's frame or on a oneshot; a dropped `Caller` means the server
 //! died or dropped a deferred reply), the exit cell that tells callers why a server ended,
 //! ending a behaviour actor with a reason, stopping one, start options and the start and
 //! call errors. `gen_server` and `gen_statem` are built on it and re-export its public types.
@@ -9,7 +9,7 @@
 //! OTP's `call` monitors the server, so a caller fails as soon as the server dies, whoever
 //! holds the reply. Here a call is ended by its reply handle being dropped, which the
 //! server's death does unless the handle was deferred and given to someone else. So
-//! [`From::defer`] leaves a second handle on the call with the server (in an actor-local
+//! [`Caller::defer`] leaves a second handle on the call with the server (in an actor-local
 //! list, [`DEFERRED`]): one that can end the call without a reply and is used when the server
 //! ends (the list is dropped with the server's actor-local values, after its exit cell is
 //! set, so the caller finds the reason). Whichever of the reply, the drop of the deferred
@@ -27,29 +27,47 @@ use crate::reply::{CallCancel, NoReply, ReplySender, ReplyWait};
 use crate::runtime::WaitLimit;
 use crate::slot_state::Pid;
 
-/// The caller of one `call`, as seen by `handle_call`. Return [`CallResult::Reply`](crate::gen_server::CallResult::Reply) to
-/// answer now, or take a [`ReplyTo`] with [`From::defer`] and answer later from anywhere.
-pub struct From<R> {
+/// The caller of one `call`, as seen by `handle_call` (and gen_statem's `Event::Call`).
+/// Return [`CallResult::Reply`](crate::gen_server::CallResult::Reply) to answer now, or take
+/// a [`ReplyTo`] with [`Caller::defer`] and answer later from anywhere. (OTP's `From`; named
+/// so as not to shadow `std::convert::From`.)
+pub struct Caller<R> {
     tx: std::cell::Cell<Option<Reply<R>>>,
     caller: Option<Pid>,
 }
 
-/// Where a reply goes: the calling actor's frame, or a oneshot (callers that are plain
-/// threads or actors of another runtime), which a deferred reply shares with its server.
+/// Where a call's reply goes: the calling actor's frame, or a oneshot (callers that are
+/// plain threads or actors of another runtime, and `send_request`). Two variants only: this
+/// is dropped on every call, and each variant adds to that drop glue on the call path.
 enum Reply<R> {
     Frame(ReplySender<R>),
     Channel(OneshotSender<R>),
-    Shared(SharedOneshot<R>),
 }
 
 impl<R> Reply<R> {
+    #[inline(always)]
     fn send(self, r: R) {
         match self {
             Reply::Frame(tx) => tx.send(r),
             Reply::Channel(tx) => {
                 let _ = tx.send(r);
             }
-            Reply::Shared(tx) => {
+        }
+    }
+}
+
+/// Where a deferred reply goes: the calling actor's frame, or a oneshot shared with the
+/// server's [`DEFERRED`] list.
+enum DeferredReply<R> {
+    Frame(ReplySender<R>),
+    Shared(SharedOneshot<R>),
+}
+
+impl<R> DeferredReply<R> {
+    fn send(self, r: R) {
+        match self {
+            DeferredReply::Frame(tx) => tx.send(r),
+            DeferredReply::Shared(tx) => {
                 if let Some(tx) = tx.take() {
                     let _ = tx.send(r);
                 }
@@ -153,7 +171,7 @@ crate::actor_local! {
     static DEFERRED: DeferredCalls = DeferredCalls::default();
 }
 
-impl<R: Send> From<R> {
+impl<R: Send> Caller<R> {
     /// Takes the reply handle out, to answer later (then return [`CallResult::NoReply`](crate::gen_server::CallResult::NoReply)).
     ///
     /// # Panics
@@ -162,24 +180,38 @@ impl<R: Send> From<R> {
     /// If the server ends before the reply is sent, the caller fails at once with
     /// [`CallError::Down`], wherever the [`ReplyTo`] is (as OTP's call, which monitors the
     /// server); a reply sent after that is discarded.
+    ///
+    /// ```
+    /// use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer};
+    /// /// Answers each call from a helper actor.
+    /// struct Delegates;
+    /// impl GenServer for Delegates {
+    ///     type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Continue = ();
+    ///     fn handle_call(&mut self, x: u32, from: &Caller<u32>, _: &Ctx<Self>) -> CallResult<u32> {
+    ///         let reply = from.defer();
+    ///         smarm::spawn(move || reply.reply(x * 10));
+    ///         CallResult::NoReply
+    ///     }
+    /// }
+    /// smarm::run(|| assert_eq!(gen_server::start(Delegates).unwrap().call(4), Ok(40)));
+    /// ```
     pub fn defer(&self) -> ReplyTo<R>
     where
         R: 'static,
     {
-        let tx = self.tx.take().expect("gen_server: From::defer called twice");
+        let tx = self.tx.take().expect("gen_server: Caller::defer called twice");
         // The server keeps a handle that ends the call when it ends (module doc).
         let (tx, deferred) = match tx {
             Reply::Frame(s) => {
                 let cancel = s.call_cancel();
-                (Reply::Frame(s), Deferred::Frame(cancel))
+                (DeferredReply::Frame(s), Deferred::Frame(cancel))
             }
             Reply::Channel(s) => {
                 let shared = Arc::new(RawMutex::new(Rank::Primitive, Some(s)));
-                (Reply::Shared(SharedOneshot(shared.clone())), Deferred::Oneshot(shared))
+                (DeferredReply::Shared(SharedOneshot(shared.clone())), Deferred::Oneshot(shared))
             }
-            Reply::Shared(_) => unreachable!("a From holds no shared reply"),
         };
-        // `defer` runs in the server (a `From` is only lent to its callbacks), so the entry
+        // `defer` runs in the server (a `Caller` is only lent to its callbacks), so the entry
         // is the server's. An actor whose local values are already being dropped cannot
         // defer a call any more: its caller is left to the reply handle alone.
         let _ = DEFERRED.try_with(|d| d.push(deferred));
@@ -188,38 +220,90 @@ impl<R: Send> From<R> {
         let runtime = match &tx {
             // SAFETY: `defer` is called by the server, an actor of the caller's runtime
             // (`call_with` makes actor replies only for those).
-            Reply::Frame(s) => Some(unsafe { s.runtime() }),
-            Reply::Channel(_) | Reply::Shared(_) => None,
+            DeferredReply::Frame(s) => Some(unsafe { s.runtime() }),
+            DeferredReply::Shared(_) => None,
         };
         ReplyTo { tx, _runtime: runtime }
     }
     /// The calling actor (None for a plain thread).
+    ///
+    /// ```
+    /// use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer};
+    /// struct WhoCalls;
+    /// impl GenServer for WhoCalls {
+    ///     type Call = (); type Reply = Option<smarm::Pid>; type Cast = (); type Info = (); type Continue = ();
+    ///     fn handle_call(&mut self, _: (), from: &Caller<Option<smarm::Pid>>, _: &Ctx<Self>) -> CallResult<Option<smarm::Pid>> {
+    ///         CallResult::Reply(from.caller())
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let s = gen_server::start(WhoCalls).unwrap();
+    ///     assert_eq!(s.call(()), Ok(Some(smarm::current_pid())));
+    ///     let s2 = s.clone();
+    ///     // A plain thread has no pid.
+    ///     let from_thread = std::thread::spawn(move || s2.call(())).join().unwrap();
+    ///     assert_eq!(from_thread, Ok(None));
+    /// });
+    /// ```
     pub fn caller(&self) -> Option<Pid> {
         self.caller
     }
+    /// Replies, unless the reply was deferred (for a `Caller` the replier only borrows).
     pub(crate) fn reply_now(&self, r: R) {
         if let Some(tx) = self.tx.take() {
             tx.send(r);
         }
     }
+    /// Replies, unless the reply was deferred, consuming the handle: nothing is left to drop
+    /// (the call path's reply; [`reply_now`](Self::reply_now) leaves an empty cell whose
+    /// drop glue the compiler cannot always see through).
+    #[inline(always)]
+    pub(crate) fn reply_into(self, r: R) {
+        if let Some(tx) = self.tx.into_inner() {
+            tx.send(r);
+        }
+    }
 }
 
-impl<R> fmt::Debug for From<R> {
+impl<R> fmt::Debug for Caller<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("From").field("caller", &self.caller).finish()
+        f.debug_struct("Caller").field("caller", &self.caller).finish()
     }
 }
 
 /// A deferred reply: send it from any actor or thread. Dropping it without replying leaves
 /// the caller to time out (or to fail with [`CallError::Down`] if the server ends first).
 pub struct ReplyTo<R> {
-    tx: Reply<R>,
+    tx: DeferredReply<R>,
     /// Keeps the caller's runtime alive for an actor reply (dropped after `tx`).
     _runtime: Option<std::sync::Arc<crate::runtime::Shared>>,
 }
 
 impl<R: Send> ReplyTo<R> {
     /// Sends the reply (discarded if the caller gave up).
+    ///
+    /// ```
+    /// use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer, ReplyTo};
+    /// /// Answers the held call when told to (a cast).
+    /// struct Later(Option<ReplyTo<&'static str>>);
+    /// impl GenServer for Later {
+    ///     type Call = (); type Reply = &'static str; type Cast = (); type Info = (); type Continue = ();
+    ///     fn handle_call(&mut self, _: (), from: &Caller<&'static str>, _: &Ctx<Self>) -> CallResult<&'static str> {
+    ///         self.0 = Some(from.defer());
+    ///         CallResult::NoReply
+    ///     }
+    ///     fn handle_cast(&mut self, _: (), _: &Ctx<Self>) -> gen_server::Flow {
+    ///         if let Some(r) = self.0.take() { r.reply("now"); }
+    ///         gen_server::Flow::Continue
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let s = gen_server::start(Later(None)).unwrap();
+    ///     let s2 = s.clone();
+    ///     smarm::spawn(move || s2.cast(()));
+    ///     assert_eq!(s.call(()), Ok("now"));
+    /// });
+    /// ```
     pub fn reply(self, reply: R) {
         self.tx.send(reply);
     }
@@ -231,8 +315,20 @@ impl<R> fmt::Debug for ReplyTo<R> {
     }
 }
 
-/// Why `start` did not return a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why `start` did not return a server (gen_server or gen_statem).
+///
+/// ```
+/// use smarm::gen_server::{self, Caller, CallResult, GenServer, InitResult, Ctx, StartError};
+/// struct Refuses;
+/// impl GenServer for Refuses {
+///     type Call = (); type Reply = (); type Cast = (); type Info = (); type Continue = ();
+///     fn init(&mut self, _ctx: &Ctx<Self>) -> InitResult<()> { InitResult::Ignore }
+///     fn handle_call(&mut self, _: (), _: &Caller<()>, _: &Ctx<Self>) -> CallResult<(), ()> { CallResult::Reply(()) }
+/// }
+/// smarm::run(|| assert_eq!(gen_server::start(Refuses).err(), Some(StartError::Ignore)));
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
 pub enum StartError {
     /// `init` returned `Stop` or panicked.
     Init(DownReason),
@@ -240,23 +336,63 @@ pub enum StartError {
     Ignore,
     /// The name is registered to this live actor.
     AlreadyStarted(Pid),
-    /// Spawning failed (slab full, out of memory maps, shutting down); the message says why.
-    Spawn(String),
+    /// Spawning the server's actor failed.
+    Spawn(crate::error::SpawnError),
+}
+
+/// Equal variants with equal data; two `Spawn` errors are equal when they are the same kind
+/// of spawn failure (`SpawnError` holds an `io::Error`, which has no equality of its own).
+impl PartialEq for StartError {
+    fn eq(&self, other: &Self) -> bool {
+        use crate::error::SpawnError as S;
+        match (self, other) {
+            (StartError::Init(a), StartError::Init(b)) => a == b,
+            (StartError::Ignore, StartError::Ignore) => true,
+            (StartError::AlreadyStarted(a), StartError::AlreadyStarted(b)) => a == b,
+            (StartError::Spawn(a), StartError::Spawn(b)) => match (a, b) {
+                (S::Full { max_actors: x }, S::Full { max_actors: y }) => x == y,
+                (S::Stack(x), S::Stack(y)) => x.kind() == y.kind(),
+                _ => std::mem::discriminant(a) == std::mem::discriminant(b),
+            },
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StartError::Init(r) => write!(f, "gen_server init failed: {r}"),
-            StartError::Ignore => f.write_str("gen_server init returned ignore"),
-            StartError::AlreadyStarted(p) => write!(f, "gen_server name already registered to {p}"),
-            StartError::Spawn(e) => write!(f, "gen_server could not be spawned: {e}"),
+            StartError::Init(r) => write!(f, "behaviour init failed: {r}"),
+            StartError::Ignore => f.write_str("behaviour init returned ignore"),
+            StartError::AlreadyStarted(p) => write!(f, "behaviour name already registered to {p}"),
+            StartError::Spawn(e) => write!(f, "behaviour could not be spawned: {e}"),
         }
     }
 }
-impl std::error::Error for StartError {}
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StartError::Spawn(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Why a `call` (or a `stop`) failed.
+///
+/// ```
+/// use smarm::gen_server::{self, CallError};
+/// smarm::run(|| {
+///     # struct Echo;
+///     # impl gen_server::GenServer for Echo {
+///     #     type Call = (); type Reply = (); type Cast = (); type Info = (); type Continue = ();
+///     #     fn handle_call(&mut self, _: (), _: &gen_server::Caller<()>, _: &gen_server::Ctx<Self>) -> gen_server::CallResult<()> {
+///     #         gen_server::CallResult::Reply(())
+///     #     }
+///     # }
+///     assert_eq!(gen_server::call_named::<Echo>("nobody", ()), Err(CallError::NoProc));
+/// });
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CallError {
@@ -285,6 +421,11 @@ impl std::error::Error for CallError {}
 
 /// Options for [`gen_server::start_opts`](crate::gen_server::start_opts) and
 /// [`gen_statem::start_opts`](crate::gen_statem::start_opts).
+///
+/// ```
+/// let opts = smarm::gen_server::StartOpts { name: Some("db".into()), link: true };
+/// assert_eq!(opts.name.as_deref(), Some("db"));
+/// ```
 #[derive(Debug, Default, Clone)]
 pub struct StartOpts {
     /// Register the server under this name (released when it stops).
@@ -298,17 +439,17 @@ pub(crate) fn exit_reason_now(rx: &WatchReceiver<Option<DownReason>>) -> Option<
 }
 
 /// Makes one call to the behaviour actor `server` (gen_server, gen_statem): `send` posts
-/// the request carrying the given [`From`] and returns false if the server's mailbox is
+/// the request carrying the given [`Caller`] and returns false if the server's mailbox is
 /// gone (it drops the request itself); then the reply is awaited within `limit`.
 ///
-/// A `From` dropped without a reply means the server dropped the request: it died (the
+/// A `Caller` dropped without a reply means the server dropped the request: it died (the
 /// reason is read from its exit cell, waiting for the cell up to the limit) or dropped a
 /// deferred reply (then the caller times out, as in OTP).
 pub(crate) fn call_with<R: Send>(
     server: Pid,
     mut limit: WaitLimit,
     exit: &WatchReceiver<Option<DownReason>>,
-    send: impl FnOnce(From<R>) -> bool,
+    send: impl FnOnce(Caller<R>) -> bool,
 ) -> Result<R, CallError> {
     let Some((shared, me, slot)) = crate::runtime::current_actor_slot() else {
         return call_by_oneshot(None, limit, exit, send);
@@ -323,7 +464,7 @@ pub(crate) fn call_with<R: Send>(
     }
     // The reply lands in this frame; `wait` stays in place until the call is over.
     let wait = ReplyWait::new(slot);
-    let from = From { tx: std::cell::Cell::new(Some(Reply::Frame(wait.sender(shared, me)))), caller: Some(me) };
+    let from = Caller { tx: std::cell::Cell::new(Some(Reply::Frame(wait.sender(shared, me)))), caller: Some(me) };
     if !send(from) {
         return Err(no_proc());
     }
@@ -341,10 +482,10 @@ fn call_by_oneshot<R: Send>(
     caller: Option<Pid>,
     mut limit: WaitLimit,
     exit: &WatchReceiver<Option<DownReason>>,
-    send: impl FnOnce(From<R>) -> bool,
+    send: impl FnOnce(Caller<R>) -> bool,
 ) -> Result<R, CallError> {
     let (tx, mut rx) = oneshot();
-    if !send(From { tx: std::cell::Cell::new(Some(Reply::Channel(tx))), caller }) {
+    if !send(Caller { tx: std::cell::Cell::new(Some(Reply::Channel(tx))), caller }) {
         return Err(no_proc());
     }
     match rx.recv_within(&mut limit) {
@@ -352,6 +493,13 @@ fn call_by_oneshot<R: Send>(
         Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
         Err(RecvTimeoutError::Disconnected) => Err(server_gone(limit, exit)),
     }
+}
+
+/// A [`Caller`] whose reply goes to the returned oneshot (`send_request`: the reply is
+/// taken after the sending frame is gone). `caller` is the requesting actor, if any.
+pub(crate) fn oneshot_caller<R: Send>(caller: Option<Pid>) -> (Caller<R>, crate::channel::OneshotReceiver<R>) {
+    let (tx, rx) = oneshot();
+    (Caller { tx: std::cell::Cell::new(Some(Reply::Channel(tx))), caller }, rx)
 }
 
 /// `NoProc`, after a preemption check: a call that fails at once does not block, so a loop
@@ -363,11 +511,11 @@ pub(crate) fn no_proc() -> CallError {
     CallError::NoProc
 }
 
-/// The server dropped a call's `From`: `Down` with its exit reason once its exit cell is
+/// The server dropped a call's `Caller`: `Down` with its exit reason once its exit cell is
 /// set (waiting for it within what is left of the call's `limit`), else `Timeout` (a
 /// deferred reply that was dropped).
 #[cold]
-fn server_gone(limit: WaitLimit, exit: &WatchReceiver<Option<DownReason>>) -> CallError {
+pub(crate) fn server_gone(limit: WaitLimit, exit: &WatchReceiver<Option<DownReason>>) -> CallError {
     // What is left of the call's limit, as a deadline: a park woken after its timeout was
     // armed left the armed deadline; a relative limit still restarts now (it was woken
     // within the rounds before arming), so the wait may end that little late, never early.
@@ -427,7 +575,7 @@ pub(crate) fn await_exit(exit: &WatchReceiver<Option<DownReason>>) {
 }
 
 /// Sets the exit cell when the server ends, however it ends (before the mailbox and any
-/// pending `From` drop, so a caller that sees its reply channel close finds the reason).
+/// pending `Caller` drop, so a caller that sees its reply channel close finds the reason).
 pub(crate) struct ExitCell {
     pub(crate) tx: WatchSender<Option<DownReason>>,
     pub(crate) reason: Option<DownReason>,

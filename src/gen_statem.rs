@@ -6,8 +6,13 @@
 //! `state_functions` mode is the same with a `match state` at the top of `handle_event`
 //! dispatching to one method per state (see the doc example).
 //!
+//! Every callback gets a [`Ctx`]: the machine's own [`StatemRef`], pid and name (see
+//! [`gen_server`](crate::gen_server)'s "The context" for why an argument).
+//!
 //! Semantics (SEMANTICS.md, "gen_statem"):
-//! - state enter: if [`GenStatem::STATE_ENTER`] is true, every state change calls
+//! - `init` returns `Transition::to(initial_state)` with optional actions (timeouts,
+//!   `next_event`), applied before the initial state-enter call (as OTP);
+//! - state enter: if [`GenStatem::state_enter`] (by default [`GenStatem::STATE_ENTER`]) is true, every state change calls
 //!   `handle_event(new_state, Enter(old_state))` first. As in OTP, that call may keep the
 //!   state, stop, and set timeouts; a state change, `postpone`, `next_event` or `reply` there
 //!   stops the machine with `Custom("gen_statem: <action> in a state enter call")`;
@@ -19,8 +24,12 @@
 //!   before the state change, as OTP's `lists:reverse(Postponed, Events)` has it;
 //! - `postpone`: the event is retried after the next state change (it may be that
 //!   transition's own), oldest first;
+//! - [`Transition::repeat_state`] keeps the state but runs the state-enter call again (OTP's
+//!   `repeat_state`); it is not a state change;
 //! - an event timeout is cancelled by any event (an inserted one too); a state timeout by a
-//!   state change; a named generic timeout only by re-arming or cancelling it;
+//!   state change or [`Transition::cancel_state_timeout`]; a named generic timeout only by
+//!   re-arming or cancelling it. Each carries a content of type [`GenStatem::Timeout`] to its
+//!   event;
 //! - `terminate` runs at most once: if it panics it is not called again, and the machine
 //!   exits with that panic (as in OTP);
 //! - `call` has an infinite default timeout.
@@ -45,25 +54,41 @@
 //! - of several due timeouts, the earliest deadline first (then the one armed first).
 //!
 //! ```
-//! use smarm::gen_statem::{self, Event, GenStatem, Transition};
+//! use std::time::Duration;
+//! use smarm::gen_statem::{self, Ctx, Event, GenStatem, Transition};
 //! #[derive(Clone, Debug, PartialEq)]
 //! enum Door { Locked, Open }
-//! struct Lock { code: u32 }
+//! /// A code lock: the right code opens it; it locks again after a state timeout whose
+//! /// content says why.
+//! struct Lock { code: u32, relock: Duration }
 //! impl GenStatem for Lock {
 //!     type State = Door; type Call = u32; type Reply = bool; type Cast = (); type Info = ();
-//!     fn init(&mut self) -> Result<Door, smarm::DownReason> { Ok(Door::Locked) }
-//!     fn handle_event(&mut self, state: &Door, event: &Event<Self>) -> Transition<Self> {
+//!     type Timeout = &'static str;
+//!     fn init(&mut self, _ctx: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> {
+//!         Ok(Transition::to(Door::Locked))
+//!     }
+//!     fn handle_event(&mut self, state: &Door, event: &Event<Self>, _ctx: &Ctx<Self>) -> Transition<Self> {
 //!         match (state, event) {
-//!             (Door::Locked, Event::Call(code, _)) if *code == self.code => Transition::to(Door::Open).reply(true),
+//!             (Door::Locked, Event::Call(code, _)) if *code == self.code => {
+//!                 Transition::to(Door::Open).reply(true).state_timeout_with(self.relock, "relock")
+//!             }
 //!             (_, Event::Call(..)) => Transition::keep().reply(false),
+//!             (Door::Open, Event::StateTimeout(why)) => {
+//!                 assert_eq!(*why, "relock");
+//!                 Transition::to(Door::Locked)
+//!             }
 //!             _ => Transition::keep(),
 //!         }
 //!     }
 //! }
 //! smarm::run(|| {
-//!     let m = gen_statem::start(Lock { code: 42 }).unwrap();
+//!     let m = gen_statem::start(Lock { code: 42, relock: Duration::from_millis(1) }).unwrap();
 //!     assert_eq!(m.call(1), Ok(false));
 //!     assert_eq!(m.call(42), Ok(true));
+//!     // Once the door relocks, the code opens it again.
+//!     while m.call(42) != Ok(true) {
+//!         smarm::yield_now();
+//!     }
 //! });
 //! ```
 
@@ -72,13 +97,14 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use crate::behaviour::{call_with, exit_reason_now, exit_with, stop_server, CallError, ExitCell, From, StartError};
+use crate::behaviour::{call_with, exit_reason_now, exit_with, no_proc, stop_server, ExitCell};
+pub use crate::behaviour::{CallError, Caller, ReplyTo, StartError, StartOpts};
 use crate::channel::{oneshot, watch, OneshotSender, WatchReceiver, WatchSender};
 use crate::gen_server::Info;
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, DownReason};
 use crate::slot_state::Pid;
-use crate::timer::deadline_after;
+use crate::timer::{deadline_after, TimerRef};
 
 /// A state machine's behaviour.
 pub trait GenStatem: Send + Sized + 'static {
@@ -92,36 +118,49 @@ pub trait GenStatem: Send + Sized + 'static {
     type Cast: Send + 'static;
     /// Messages for `info`.
     type Info: Send + 'static;
+    /// The content a timeout carries to its event ([`Event::EventTimeout`],
+    /// [`Event::StateTimeout`], [`Event::Timeout`]); use `()` if unused.
+    type Timeout: Send + 'static;
 
     /// Call `handle_event(new, Enter(old))` on every state change (and once for the initial
     /// state, with `old == new`). That call may keep the state, stop, and set timeouts; a
     /// state change, `postpone`, `next_event` or `reply` in it stops the machine (as in OTP).
+    /// The default of [`state_enter`](Self::state_enter).
     const STATE_ENTER: bool = false;
 
-    /// Runs in the new machine before `start` returns; returns the initial state.
-    fn init(&mut self) -> Result<Self::State, DownReason>;
+    /// Whether this machine gets state-enter calls (see [`STATE_ENTER`](Self::STATE_ENTER),
+    /// the default); asked once, after `init` (OTP asks `callback_mode` once, at start).
+    fn state_enter(&self) -> bool {
+        Self::STATE_ENTER
+    }
+
+    /// Runs in the new machine before `start` returns; returns the initial state as
+    /// `Transition::to(state)`, with actions if any (OTP's `{ok, State, Data, Actions}`:
+    /// timeouts and `next_event`; a `postpone` or `reply` there stops the machine, as a
+    /// `keep` or `repeat_state` does: there is no state to keep), or the reason not to start.
+    fn init(&mut self, ctx: &Ctx<Self>) -> Result<Transition<Self>, DownReason>;
     /// Handles one event in `state`.
-    fn handle_event(&mut self, state: &Self::State, event: &Event<Self>) -> Transition<Self>;
+    fn handle_event(&mut self, state: &Self::State, event: &Event<Self>, ctx: &Ctx<Self>) -> Transition<Self>;
     /// Runs when the machine stops (not on `kill`), at most once (not again if it panics).
     fn terminate(&mut self, _reason: &DownReason, _state: &Self::State) {}
 }
 
 /// An event delivered to `handle_event`.
 pub enum Event<M: GenStatem> {
-    /// A `call`; answer with [`Transition::reply`] or keep the [`From`] (`from.defer()`).
-    Call(M::Call, From<M::Reply>),
+    /// A `call`; answer with [`Transition::reply`] or keep the [`Caller`] (`from.defer()`).
+    Call(M::Call, Caller<M::Reply>),
     /// A `cast`.
     Cast(M::Cast),
     /// An `info` message or a signal.
     Info(Info<M::Info>),
     /// Entered this state from the given one (only with `STATE_ENTER`).
     Enter(M::State),
-    /// The event timeout fired.
-    EventTimeout,
-    /// The state timeout fired.
-    StateTimeout,
-    /// The named generic timeout fired.
-    Timeout(String),
+    /// The event timeout fired, with its content.
+    EventTimeout(M::Timeout),
+    /// The state timeout fired, with its content.
+    StateTimeout(M::Timeout),
+    /// The named generic timeout fired, with its content.
+    Timeout(String, M::Timeout),
     /// An event inserted with [`Transition::next_event`].
     Internal(M::Cast),
 }
@@ -133,9 +172,9 @@ impl<M: GenStatem> fmt::Debug for Event<M> {
             Event::Cast(_) => f.write_str("Cast(..)"),
             Event::Info(_) => f.write_str("Info(..)"),
             Event::Enter(s) => write!(f, "Enter({s:?})"),
-            Event::EventTimeout => f.write_str("EventTimeout"),
-            Event::StateTimeout => f.write_str("StateTimeout"),
-            Event::Timeout(n) => write!(f, "Timeout({n:?})"),
+            Event::EventTimeout(_) => f.write_str("EventTimeout"),
+            Event::StateTimeout(_) => f.write_str("StateTimeout"),
+            Event::Timeout(n, _) => write!(f, "Timeout({n:?})"),
             Event::Internal(_) => f.write_str("Internal(..)"),
         }
     }
@@ -144,7 +183,15 @@ impl<M: GenStatem> fmt::Debug for Event<M> {
 enum Next<S> {
     Keep,
     To(S),
+    /// Keep the state, but run the state-enter call again (OTP's `repeat_state`).
+    Repeat,
     Stop(DownReason),
+}
+
+/// What a transition does to one timeout.
+enum Timer<T> {
+    Set(Duration, T),
+    Cancel,
 }
 
 /// The result of handling an event: the next state and actions.
@@ -152,9 +199,9 @@ pub struct Transition<M: GenStatem> {
     next: Next<M::State>,
     reply: Option<M::Reply>,
     postpone: bool,
-    event_timeout: Option<Duration>,
-    state_timeout: Option<Duration>,
-    timeouts: Vec<(String, Option<Duration>)>,
+    event_timeout: Option<Timer<M::Timeout>>,
+    state_timeout: Option<Timer<M::Timeout>>,
+    timeouts: Vec<(String, Timer<M::Timeout>)>,
     inserted: Vec<M::Cast>,
 }
 
@@ -171,48 +218,291 @@ impl<M: GenStatem> Transition<M> {
         }
     }
     /// Stay in the current state.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep();
+    /// ```
     pub fn keep() -> Self {
         Self::new(Next::Keep)
     }
     /// Go to `state` (a change only if it differs from the current one).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::to(1);
+    /// ```
     pub fn to(state: M::State) -> Self {
         Self::new(Next::To(state))
     }
+    /// Keep the state but run the state-enter call again, with `Enter(state)` (OTP's
+    /// `repeat_state`): it is not a state change (postponed events stay postponed, the state
+    /// timeout stays armed). Without state-enter calls, the same as [`keep`](Self::keep); in
+    /// a state-enter call too (as in OTP, which does not repeat the call it is in).
+    ///
+    /// ```
+    /// use smarm::gen_statem::{self, Ctx, Event, GenStatem, Transition};
+    /// /// Counts its state-enter calls; `cast(())` repeats the state.
+    /// struct Enters(u32);
+    /// impl GenStatem for Enters {
+    ///     type State = (); type Call = (); type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+    ///     const STATE_ENTER: bool = true;
+    ///     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    ///     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    ///         match e {
+    ///             Event::Enter(_) => { self.0 += 1; Transition::keep() }
+    ///             Event::Cast(()) => Transition::repeat_state(),
+    ///             _ => Transition::keep().reply(self.0),
+    ///         }
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Enters(0)).unwrap();
+    ///     m.cast(());
+    ///     assert_eq!(m.call(()), Ok(2)); // the initial enter, and the repeated one
+    /// });
+    /// ```
+    pub fn repeat_state() -> Self {
+        Self::new(Next::Repeat)
+    }
     /// Stop with `reason` (`terminate` runs; a reply action is sent after it).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::stop(smarm::DownReason::Normal).reply(());
+    /// ```
     pub fn stop(reason: DownReason) -> Self {
         Self::new(Next::Stop(reason))
     }
     /// Reply to the call being handled.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = u8; type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep().reply(7);
+    /// ```
     pub fn reply(mut self, reply: M::Reply) -> Self {
         self.reply = Some(reply);
         self
     }
     /// Retry this event after the next state change.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep().postpone();
+    /// ```
     pub fn postpone(mut self) -> Self {
         self.postpone = true;
         self
     }
-    /// Deliver `EventTimeout` after `d` unless another event arrives first.
-    pub fn event_timeout(mut self, d: Duration) -> Self {
-        self.event_timeout = Some(d);
+    /// Deliver `EventTimeout(Default::default())` after `d` unless another event arrives
+    /// first (see [`event_timeout_with`](Self::event_timeout_with) for a content).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep().event_timeout(std::time::Duration::from_secs(1));
+    /// ```
+    pub fn event_timeout(self, d: Duration) -> Self
+    where
+        M::Timeout: Default,
+    {
+        self.event_timeout_with(d, M::Timeout::default())
+    }
+    /// Deliver `EventTimeout(content)` after `d` unless another event arrives first.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = &'static str;
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep().event_timeout_with(std::time::Duration::from_secs(1), "idle");
+    /// ```
+    pub fn event_timeout_with(mut self, d: Duration, content: M::Timeout) -> Self {
+        self.event_timeout = Some(Timer::Set(d, content));
         self
     }
-    /// Deliver `StateTimeout` after `d` unless the state changes first.
-    pub fn state_timeout(mut self, d: Duration) -> Self {
-        self.state_timeout = Some(d);
+    /// Cancel the event timeout (OTP's `{timeout, cancel}`; any event cancels it too).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep().cancel_event_timeout();
+    /// ```
+    pub fn cancel_event_timeout(mut self) -> Self {
+        self.event_timeout = Some(Timer::Cancel);
         self
     }
-    /// Deliver `Timeout(name)` after `d` (re-arming replaces a pending one).
-    pub fn timeout(mut self, name: impl Into<String>, d: Duration) -> Self {
-        self.timeouts.push((name.into(), Some(d)));
+    /// Deliver `StateTimeout(Default::default())` after `d` unless the state changes first
+    /// (see [`state_timeout_with`](Self::state_timeout_with) for a content).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::to(1).state_timeout(std::time::Duration::from_secs(1));
+    /// ```
+    pub fn state_timeout(self, d: Duration) -> Self
+    where
+        M::Timeout: Default,
+    {
+        self.state_timeout_with(d, M::Timeout::default())
+    }
+    /// Deliver `StateTimeout(content)` after `d` unless the state changes first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use smarm::gen_statem::{self, Ctx, Event, GenStatem, Transition};
+    /// /// Reports the content of the state timeout that fired.
+    /// struct Alarm(Option<u32>);
+    /// impl GenStatem for Alarm {
+    ///     type State = (); type Call = (); type Reply = Option<u32>; type Cast = (); type Info = (); type Timeout = u32;
+    ///     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> {
+    ///         Ok(Transition::to(()).state_timeout_with(Duration::from_millis(1), 42))
+    ///     }
+    ///     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    ///         match e {
+    ///             Event::StateTimeout(n) => { self.0 = Some(*n); Transition::keep() }
+    ///             _ => Transition::keep().reply(self.0),
+    ///         }
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Alarm(None)).unwrap();
+    ///     while m.call(()) != Ok(Some(42)) {
+    ///         smarm::yield_now();
+    ///     }
+    /// });
+    /// ```
+    pub fn state_timeout_with(mut self, d: Duration, content: M::Timeout) -> Self {
+        self.state_timeout = Some(Timer::Set(d, content));
+        self
+    }
+    /// Cancel the state timeout without changing the state (OTP's `{state_timeout, cancel}`).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep().cancel_state_timeout();
+    /// ```
+    pub fn cancel_state_timeout(mut self) -> Self {
+        self.state_timeout = Some(Timer::Cancel);
+        self
+    }
+    /// Deliver `Timeout(name, Default::default())` after `d` (re-arming replaces a pending
+    /// one; see [`timeout_with`](Self::timeout_with) for a content).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep().timeout("retry", std::time::Duration::from_secs(1));
+    /// ```
+    pub fn timeout(self, name: impl Into<String>, d: Duration) -> Self
+    where
+        M::Timeout: Default,
+    {
+        self.timeout_with(name, d, M::Timeout::default())
+    }
+    /// Deliver `Timeout(name, content)` after `d` (re-arming replaces a pending one).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = u32;
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep().timeout_with("retry", std::time::Duration::from_secs(1), 3);
+    /// ```
+    pub fn timeout_with(mut self, name: impl Into<String>, d: Duration, content: M::Timeout) -> Self {
+        self.timeouts.push((name.into(), Timer::Set(d, content)));
         self
     }
     /// Cancel the named generic timeout.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep().cancel_timeout("retry");
+    /// ```
     pub fn cancel_timeout(mut self, name: impl Into<String>) -> Self {
-        self.timeouts.push((name.into(), None));
+        self.timeouts.push((name.into(), Timer::Cancel));
         self
     }
     /// Insert an event to be handled before any queued one.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{GenStatem, Transition, Event, Ctx};
+    /// # struct M;
+    /// # impl GenStatem for M {
+    /// #     type State = u8; type Call = (); type Reply = (); type Cast = u8; type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(0)) }
+    /// #     fn handle_event(&mut self, _: &u8, _: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> { Transition::keep() }
+    /// # }
+    /// let _t: Transition<M> = Transition::keep().next_event(1).next_event(2);
+    /// ```
     pub fn next_event(mut self, event: M::Cast) -> Self {
         self.inserted.push(event);
         self
@@ -222,10 +512,99 @@ impl<M: GenStatem> Transition<M> {
 /// Messages a machine's mailbox carries.
 #[doc(hidden)]
 pub enum Request<M: GenStatem> {
-    Call(M::Call, From<M::Reply>),
+    Call(M::Call, Caller<M::Reply>),
     Cast(M::Cast),
     Info(M::Info),
     Stop(DownReason, OneshotSender<()>),
+}
+
+/// The running machine as its callbacks see it: its own handle, pid and name (as
+/// [`gen_server::Ctx`](crate::gen_server::Ctx); the module doc there says why a context
+/// argument).
+pub struct Ctx<M: GenStatem> {
+    me: StatemRef<M>,
+    name: Option<String>,
+}
+
+impl<M: GenStatem> Ctx<M> {
+    /// The machine's own handle: send it to others, or send yourself a timed message.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use smarm::gen_statem::{self, Ctx, Event, GenStatem, Transition};
+    /// /// Goes to `true` when its own delayed cast arrives.
+    /// struct Wake;
+    /// impl GenStatem for Wake {
+    ///     type State = bool; type Call = (); type Reply = bool; type Cast = (); type Info = (); type Timeout = ();
+    ///     fn init(&mut self, ctx: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> {
+    ///         ctx.myself().cast_after(Duration::from_millis(1), ());
+    ///         Ok(Transition::to(false))
+    ///     }
+    ///     fn handle_event(&mut self, s: &bool, e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    ///         match e {
+    ///             Event::Cast(()) => Transition::to(true),
+    ///             _ => Transition::keep().reply(*s),
+    ///         }
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Wake).unwrap();
+    ///     while m.call(()) != Ok(true) {
+    ///         smarm::yield_now();
+    ///     }
+    /// });
+    /// ```
+    pub fn myself(&self) -> &StatemRef<M> {
+        &self.me
+    }
+
+    /// The machine's pid.
+    ///
+    /// ```
+    /// use smarm::gen_statem::{self, Ctx, Event, GenStatem, Transition};
+    /// struct WhoAmI;
+    /// impl GenStatem for WhoAmI {
+    ///     type State = (); type Call = (); type Reply = smarm::Pid; type Cast = (); type Info = (); type Timeout = ();
+    ///     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    ///     fn handle_event(&mut self, _: &(), _: &Event<Self>, ctx: &Ctx<Self>) -> Transition<Self> {
+    ///         Transition::keep().reply(ctx.pid())
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(WhoAmI).unwrap();
+    ///     assert_eq!(m.call(()), Ok(m.pid()));
+    /// });
+    /// ```
+    pub fn pid(&self) -> Pid {
+        self.me.pid()
+    }
+
+    /// The name the machine was started under, if any.
+    ///
+    /// ```
+    /// use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// struct Named;
+    /// impl GenStatem for Named {
+    ///     type State = (); type Call = (); type Reply = Option<String>; type Cast = (); type Info = (); type Timeout = ();
+    ///     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    ///     fn handle_event(&mut self, _: &(), _: &Event<Self>, ctx: &Ctx<Self>) -> Transition<Self> {
+    ///         Transition::keep().reply(ctx.name().map(str::to_owned))
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start_opts(Named, StartOpts { name: Some("m".into()), ..Default::default() }).unwrap();
+    ///     assert_eq!(m.call(()), Ok(Some("m".to_string())));
+    /// });
+    /// ```
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+}
+
+impl<M: GenStatem> fmt::Debug for Ctx<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ctx").field("pid", &self.pid()).field("name", &self.name).finish()
+    }
 }
 
 /// A handle to a running state machine. Cheap to clone.
@@ -247,12 +626,64 @@ impl<M: GenStatem> fmt::Debug for StatemRef<M> {
 }
 
 /// Starts a machine; returns once `init` has finished.
+///
+/// ```
+/// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, Transition};
+/// # struct Echo;
+/// # impl GenStatem for Echo {
+/// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+/// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+/// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+/// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+/// #     }
+/// # }
+/// smarm::run(|| assert_eq!(gen_statem::start(Echo).unwrap().call(1), Ok(1)));
+/// ```
 pub fn start<M: GenStatem>(machine: M) -> Result<StatemRef<M>, StartError> {
-    start_opts(machine, crate::behaviour::StartOpts::default())
+    start_opts(machine, StartOpts::default())
+}
+
+/// Starts a machine linked to the caller; returns once `init` has finished.
+///
+/// ```
+/// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, Transition};
+/// # struct Echo;
+/// # impl GenStatem for Echo {
+/// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+/// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+/// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+/// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+/// #     }
+/// # }
+/// smarm::run(|| {
+///     let m = gen_statem::start_link(Echo).unwrap();
+///     assert_eq!(m.call(2), Ok(2));
+///     m.stop(smarm::DownReason::Normal).unwrap();
+/// });
+/// ```
+pub fn start_link<M: GenStatem>(machine: M) -> Result<StatemRef<M>, StartError> {
+    start_opts(machine, StartOpts { name: None, link: true })
 }
 
 /// Starts a machine with options (name, link).
-pub fn start_opts<M: GenStatem>(machine: M, opts: crate::behaviour::StartOpts) -> Result<StatemRef<M>, StartError> {
+///
+/// ```
+/// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, StartError, Transition};
+/// # struct Echo;
+/// # impl GenStatem for Echo {
+/// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+/// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+/// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+/// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+/// #     }
+/// # }
+/// smarm::run(|| {
+///     let opts = || StartOpts { name: Some("echo".into()), ..Default::default() };
+///     let m = gen_statem::start_opts(Echo, opts()).unwrap();
+///     assert_eq!(gen_statem::start_opts(Echo, opts()).err(), Some(StartError::AlreadyStarted(m.pid())));
+/// });
+/// ```
+pub fn start_opts<M: GenStatem>(machine: M, opts: StartOpts) -> Result<StatemRef<M>, StartError> {
     if let Some(name) = &opts.name {
         if let Some(pid) = crate::process::whereis(name) {
             return Err(StartError::AlreadyStarted(pid));
@@ -266,11 +697,25 @@ pub fn start_opts<M: GenStatem>(machine: M, opts: crate::behaviour::StartOpts) -
         move |mb: Mailbox<Request<M>>| run(machine, mb, name, parent, exit_tx, ready_tx),
         parent,
     )
-    .map_err(|e| StartError::Spawn(e.to_string()))?;
+    .map_err(StartError::Spawn)?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(StatemRef { addr, exit: exit_rx }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(StartError::Init(exit_rx.clone().get().unwrap_or(DownReason::Killed))),
+    }
+}
+
+/// What an `init` transition does that OTP forbids there: it must name the initial state
+/// (not keep, repeat or stop through the transition: `Err` is the way to refuse), and may
+/// not postpone or reply (there is no event).
+fn bad_init_action<M: GenStatem>(t: &Transition<M>) -> Option<&'static str> {
+    match &t.next {
+        Next::Keep => Some("keep (no initial state)"),
+        Next::Repeat => Some("repeat_state (no initial state)"),
+        Next::Stop(_) => Some("stop (return Err to refuse to start)"),
+        Next::To(_) if t.postpone => Some("postpone"),
+        Next::To(_) if t.reply.is_some() => Some("reply"),
+        Next::To(_) => None,
     }
 }
 
@@ -282,8 +727,10 @@ fn run<M: GenStatem>(
     exit_tx: WatchSender<Option<DownReason>>,
     ready: OneshotSender<Result<(), StartError>>,
 ) {
+    crate::process::set_ext(std::sync::Arc::new(exit_tx.subscribe()));
+    let ctx = Ctx { me: StatemRef { addr: mb.addr(), exit: exit_tx.subscribe() }, name };
     let cell = ExitCell { tx: exit_tx, reason: None };
-    if let Some(n) = &name {
+    if let Some(n) = &ctx.name {
         if let Err(crate::process::RegisterError::NameTaken(p)) =
             crate::process::register(n.clone(), crate::task::current_pid())
         {
@@ -291,11 +738,18 @@ fn run<M: GenStatem>(
             return exit_with(cell, DownReason::Normal);
         }
     }
-    let init = catch_unwind(AssertUnwindSafe(|| machine.init())).unwrap_or_else(|p| Err(reason_from_payload(p)));
-    let state = match init {
-        Ok(s) => s,
+    let init = catch_unwind(AssertUnwindSafe(|| machine.init(&ctx))).unwrap_or_else(|p| Err(reason_from_payload(p)));
+    let init = init.and_then(|t| match bad_init_action(&t) {
+        Some(bad) => Err(DownReason::Custom(format!("gen_statem: {bad} in init"))),
+        None => Ok(t),
+    });
+    let (state, init) = match init {
+        Ok(mut t) => match std::mem::replace(&mut t.next, Next::Keep) {
+            Next::To(s) => (s, t),
+            _ => unreachable!("checked by bad_init_action"),
+        },
         Err(r) => {
-            if let Some(n) = &name {
+            if let Some(n) = &ctx.name {
                 crate::process::unregister(n);
             }
             // The starter learns of the failure from `start_link`'s return value. A trapping
@@ -311,6 +765,7 @@ fn run<M: GenStatem>(
     let _ = ready.send(Ok(()));
     let mut engine = Engine {
         state,
+        enter: machine.state_enter(),
         postponed: VecDeque::new(),
         queue: VecDeque::new(),
         event_timeout: None,
@@ -320,7 +775,7 @@ fn run<M: GenStatem>(
         parent,
         terminated: false,
     };
-    let reason = match catch_unwind(AssertUnwindSafe(|| engine.run(&mut machine, &mb))) {
+    let reason = match catch_unwind(AssertUnwindSafe(|| engine.run(&mut machine, &mb, &ctx, init))) {
         Ok(reason) => reason,
         Err(payload) => {
             let reason = reason_from_payload(payload);
@@ -342,13 +797,15 @@ fn run<M: GenStatem>(
 
 struct Engine<M: GenStatem> {
     state: M::State,
+    /// State-enter calls are made ([`GenStatem::state_enter`], asked once).
+    enter: bool,
     /// Postponed events, oldest first; retried on the next state change.
     postponed: VecDeque<Event<M>>,
     /// Events handled before the mailbox: inserted ones and retried postponed ones, in order.
     queue: VecDeque<Event<M>>,
-    event_timeout: Option<Armed>,
-    state_timeout: Option<Armed>,
-    named: HashMap<String, Armed>,
+    event_timeout: Option<Armed<M::Timeout>>,
+    state_timeout: Option<Armed<M::Timeout>>,
+    named: HashMap<String, Armed<M::Timeout>>,
     /// Timeouts armed so far (the next [`Armed::seq`]).
     armed: u64,
     /// The `start_link` caller: its exit signals stop a trapping machine.
@@ -358,7 +815,7 @@ struct Engine<M: GenStatem> {
 }
 
 /// An armed timeout (see "Timeouts" in the module doc).
-struct Armed {
+struct Armed<T> {
     deadline: Instant,
     /// Mailbox envelopes queued ahead of this timeout's event: those the machine saw queued
     /// while the deadline was still ahead (when it armed the timeout, and whenever it looked
@@ -366,6 +823,8 @@ struct Armed {
     ahead: usize,
     /// Arming order: of two due timeouts with one deadline, the one armed first runs first.
     seq: u64,
+    /// Delivered with the timeout's event.
+    content: T,
 }
 
 /// Which timeout fires.
@@ -402,10 +861,19 @@ enum Got<M: GenStatem> {
 }
 
 impl<M: GenStatem> Engine<M> {
-    fn run(&mut self, m: &mut M, mb: &Mailbox<Request<M>>) -> DownReason {
-        if M::STATE_ENTER {
+    fn run(&mut self, m: &mut M, mb: &Mailbox<Request<M>>, ctx: &Ctx<M>, init: Transition<M>) -> DownReason {
+        // The actions `init` returned (timeouts, inserted events), then the initial state's
+        // enter call (as OTP, which processes init's actions before the enter call).
+        match self.apply(init, None, false, mb) {
+            Ok(inserted) => self.queue.extend(inserted.into_iter().map(Event::Internal)),
+            Err(r) => {
+                self.terminate(m, &r);
+                return r;
+            }
+        }
+        if self.enter {
             let s = self.state.clone();
-            let t = m.handle_event(&self.state, &Event::Enter(s));
+            let t = m.handle_event(&self.state, &Event::Enter(s), ctx);
             if let Err(r) = self.apply(t, None, true, mb) {
                 self.terminate(m, &r);
                 return r;
@@ -425,7 +893,7 @@ impl<M: GenStatem> Engine<M> {
                 }
                 Got::Nothing => continue,
             };
-            let t = m.handle_event(&self.state, &event);
+            let t = m.handle_event(&self.state, &event, ctx);
             if let Next::Stop(reason) = &t.next {
                 let reason = reason.clone();
                 // terminate first, then the reply (as in gen_server).
@@ -437,6 +905,7 @@ impl<M: GenStatem> Engine<M> {
             }
             let old = self.state.clone();
             let changed = matches!(&t.next, Next::To(s) if *s != old);
+            let repeat = matches!(&t.next, Next::Repeat);
             let postpone = t.postpone;
             let inserted = match self.apply(t, Some(&event), false, mb) {
                 Ok(inserted) => inserted,
@@ -460,8 +929,8 @@ impl<M: GenStatem> Engine<M> {
             for e in inserted.into_iter().rev() {
                 self.queue.push_front(Event::Internal(e));
             }
-            if changed && M::STATE_ENTER {
-                let t = m.handle_event(&self.state, &Event::Enter(old));
+            if (changed || repeat) && self.enter {
+                let t = m.handle_event(&self.state, &Event::Enter(old), ctx);
                 if let Err(r) = self.apply(t, None, true, mb) {
                     self.terminate(m, &r);
                     return r;
@@ -505,25 +974,32 @@ impl<M: GenStatem> Engine<M> {
                 self.state = s;
             }
             Next::Stop(r) => return Err(r),
-            _ => {}
+            Next::Keep | Next::Repeat => {}
         }
         // Everything queued now arrived before the deadlines armed here.
-        let arms =
-            t.event_timeout.is_some() || t.state_timeout.is_some() || t.timeouts.iter().any(|(_, d)| d.is_some());
+        let set = |a: &Option<Timer<M::Timeout>>| matches!(a, Some(Timer::Set(..)));
+        let arms = set(&t.event_timeout)
+            || set(&t.state_timeout)
+            || t.timeouts.iter().any(|(_, a)| matches!(a, Timer::Set(..)));
         let queued = if arms { mb.len() } else { 0 };
-        if let Some(d) = t.event_timeout {
-            self.event_timeout = Some(self.arm(now, d, queued));
+        match t.event_timeout {
+            Some(Timer::Set(d, c)) => self.event_timeout = Some(self.arm(now, d, queued, c)),
+            Some(Timer::Cancel) => self.event_timeout = None,
+            None => {}
         }
-        if let Some(d) = t.state_timeout {
-            self.state_timeout = Some(self.arm(now, d, queued));
+        match t.state_timeout {
+            Some(Timer::Set(d, c)) => self.state_timeout = Some(self.arm(now, d, queued, c)),
+            // Cancelled without a state change (OTP's `{state_timeout, cancel}`).
+            Some(Timer::Cancel) => self.state_timeout = None,
+            None => {}
         }
-        for (name, d) in t.timeouts {
-            match d {
-                Some(d) => {
-                    let armed = self.arm(now, d, queued);
+        for (name, action) in t.timeouts {
+            match action {
+                Timer::Set(d, c) => {
+                    let armed = self.arm(now, d, queued, c);
                     self.named.insert(name, armed);
                 }
-                None => {
+                Timer::Cancel => {
                     self.named.remove(&name);
                 }
             }
@@ -533,16 +1009,21 @@ impl<M: GenStatem> Engine<M> {
 
     /// A timeout due `d` after `now`, behind the `queued` envelopes in the mailbox; a zero
     /// timeout is behind none (OTP: before any external event not yet received).
-    fn arm(&mut self, now: Instant, d: Duration, queued: usize) -> Armed {
+    fn arm(&mut self, now: Instant, d: Duration, queued: usize, content: M::Timeout) -> Armed<M::Timeout> {
         self.armed += 1;
-        Armed { deadline: deadline_after(now, d), ahead: if d.is_zero() { 0 } else { queued }, seq: self.armed }
+        Armed {
+            deadline: deadline_after(now, d),
+            ahead: if d.is_zero() { 0 } else { queued },
+            seq: self.armed,
+            content,
+        }
     }
 
-    fn timeouts(&self) -> impl Iterator<Item = &Armed> {
+    fn timeouts(&self) -> impl Iterator<Item = &Armed<M::Timeout>> {
         self.event_timeout.iter().chain(self.state_timeout.iter()).chain(self.named.values())
     }
 
-    fn timeouts_mut(&mut self) -> impl Iterator<Item = &mut Armed> {
+    fn timeouts_mut(&mut self) -> impl Iterator<Item = &mut Armed<M::Timeout>> {
         self.event_timeout.iter_mut().chain(self.state_timeout.iter_mut()).chain(self.named.values_mut())
     }
 
@@ -550,7 +1031,7 @@ impl<M: GenStatem> Engine<M> {
     /// nothing ahead of it, the earliest deadline (then the first armed) of those.
     fn take_due(&mut self, now: Instant) -> Option<Event<M>> {
         let mut first: Option<(Instant, u64, Kind)> = None;
-        let mut consider = |a: &Armed, kind: Kind| {
+        let mut consider = |a: &Armed<M::Timeout>, kind: Kind| {
             let earlier = match &first {
                 None => true,
                 Some((deadline, seq, _)) => (a.deadline, a.seq) < (*deadline, *seq),
@@ -572,16 +1053,13 @@ impl<M: GenStatem> Engine<M> {
         }
         let (_, _, kind) = first?;
         // A timeout event is an event too: it cancels the event timeout (as in OTP).
-        self.event_timeout = None;
+        let event = self.event_timeout.take();
         Some(match kind {
-            Kind::Event => Event::EventTimeout,
-            Kind::State => {
-                self.state_timeout = None;
-                Event::StateTimeout
-            }
+            Kind::Event => Event::EventTimeout(event.expect("the due event timeout").content),
+            Kind::State => Event::StateTimeout(self.state_timeout.take().expect("the due state timeout").content),
             Kind::Named(name) => {
-                self.named.remove(&name);
-                Event::Timeout(name)
+                let armed = self.named.remove(&name).expect("the due named timeout");
+                Event::Timeout(name, armed.content)
             }
         })
     }
@@ -644,16 +1122,61 @@ impl<M: GenStatem> Engine<M> {
 
 impl<M: GenStatem> StatemRef<M> {
     /// The machine's pid.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// # struct Echo;
+    /// # impl GenStatem for Echo {
+    /// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    /// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    /// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+    /// #     }
+    /// # }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Echo).unwrap();
+    ///     assert_ne!(m.pid(), smarm::current_pid());
+    /// });
+    /// ```
     pub fn pid(&self) -> Pid {
         self.addr.pid()
     }
 
     /// Calls the machine; waits as long as it takes (OTP's default for gen_statem).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// # struct Echo;
+    /// # impl GenStatem for Echo {
+    /// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    /// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    /// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+    /// #     }
+    /// # }
+    /// smarm::run(|| assert_eq!(gen_statem::start(Echo).unwrap().call(3), Ok(3)));
+    /// ```
     pub fn call(&self, request: M::Call) -> Result<M::Reply, CallError> {
         self.call_within(request, crate::runtime::WaitLimit::Forever)
     }
 
     /// Calls the machine, waiting at most `timeout`.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// # struct Echo;
+    /// # impl GenStatem for Echo {
+    /// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    /// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    /// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+    /// #     }
+    /// # }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Echo).unwrap();
+    ///     assert_eq!(m.call_timeout(4, std::time::Duration::from_secs(1)), Ok(4));
+    /// });
+    /// ```
     pub fn call_timeout(&self, request: M::Call, timeout: Duration) -> Result<M::Reply, CallError> {
         self.call_within(request, crate::runtime::WaitLimit::For(timeout))
     }
@@ -663,24 +1186,279 @@ impl<M: GenStatem> StatemRef<M> {
     }
 
     /// Sends a cast (always succeeds).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// /// Counts casts and infos; a call returns the count.
+    /// struct Count(u32);
+    /// impl GenStatem for Count {
+    ///     type State = (); type Call = (); type Reply = u32; type Cast = u32; type Info = u32; type Timeout = ();
+    ///     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    ///     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    ///         match e {
+    ///             Event::Cast(n) | Event::Info(smarm::gen_server::Info::Msg(n)) => { self.0 += n; Transition::keep() }
+    ///             _ => Transition::keep().reply(self.0),
+    ///         }
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Count(0)).unwrap();
+    ///     m.cast(2);
+    ///     assert_eq!(m.call(()), Ok(2));
+    /// });
+    /// ```
     pub fn cast(&self, msg: M::Cast) {
         self.addr.send(Request::Cast(msg));
     }
 
     /// Sends an info message.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// /// Counts casts and infos; a call returns the count.
+    /// struct Count(u32);
+    /// impl GenStatem for Count {
+    ///     type State = (); type Call = (); type Reply = u32; type Cast = u32; type Info = u32; type Timeout = ();
+    ///     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    ///     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    ///         match e {
+    ///             Event::Cast(n) | Event::Info(smarm::gen_server::Info::Msg(n)) => { self.0 += n; Transition::keep() }
+    ///             _ => Transition::keep().reply(self.0),
+    ///         }
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Count(0)).unwrap();
+    ///     m.info(3);
+    ///     assert_eq!(m.call(()), Ok(3));
+    /// });
+    /// ```
     pub fn info(&self, msg: M::Info) {
         self.addr.send(Request::Info(msg));
+    }
+
+    /// Sends a cast after `delay` (cancel with [`cancel_timer`](crate::cancel_timer)).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// /// Counts casts and infos; a call returns the count.
+    /// struct Count(u32);
+    /// impl GenStatem for Count {
+    ///     type State = (); type Call = (); type Reply = u32; type Cast = u32; type Info = u32; type Timeout = ();
+    ///     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    ///     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    ///         match e {
+    ///             Event::Cast(n) | Event::Info(smarm::gen_server::Info::Msg(n)) => { self.0 += n; Transition::keep() }
+    ///             _ => Transition::keep().reply(self.0),
+    ///         }
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Count(0)).unwrap();
+    ///     m.cast_after(std::time::Duration::from_millis(1), 5);
+    ///     while m.call(()) != Ok(5) {
+    ///         smarm::yield_now();
+    ///     }
+    /// });
+    /// ```
+    pub fn cast_after(&self, delay: Duration, msg: M::Cast) -> TimerRef {
+        crate::timer::send_after_addr(delay, &self.addr, Request::Cast(msg))
+    }
+
+    /// Sends an info message after `delay` (cancel with [`cancel_timer`](crate::cancel_timer)).
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// /// Counts casts and infos; a call returns the count.
+    /// struct Count(u32);
+    /// impl GenStatem for Count {
+    ///     type State = (); type Call = (); type Reply = u32; type Cast = u32; type Info = u32; type Timeout = ();
+    ///     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    ///     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    ///         match e {
+    ///             Event::Cast(n) | Event::Info(smarm::gen_server::Info::Msg(n)) => { self.0 += n; Transition::keep() }
+    ///             _ => Transition::keep().reply(self.0),
+    ///         }
+    ///     }
+    /// }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Count(0)).unwrap();
+    ///     let t = m.info_after(std::time::Duration::from_secs(60), 5);
+    ///     assert!(smarm::cancel_timer(t).is_some());
+    ///     assert_eq!(m.call(()), Ok(0));
+    /// });
+    /// ```
+    pub fn info_after(&self, delay: Duration, msg: M::Info) -> TimerRef {
+        crate::timer::send_after_addr(delay, &self.addr, Request::Info(msg))
     }
 
     /// Stops the machine with `reason` (terminate runs) and waits until it has stopped.
     /// Errors as [`ServerRef::stop`](crate::gen_server::ServerRef::stop): `NoProc` if it was
     /// not running, `CallingSelf` from the machine itself, `Down` if it ended otherwise.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// # struct Echo;
+    /// # impl GenStatem for Echo {
+    /// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    /// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    /// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+    /// #     }
+    /// # }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Echo).unwrap();
+    ///     assert_eq!(m.stop(smarm::DownReason::Normal), Ok(()));
+    ///     assert_eq!(m.stop(smarm::DownReason::Normal), Err(gen_statem::CallError::NoProc));
+    /// });
+    /// ```
     pub fn stop(&self, reason: DownReason) -> Result<(), CallError> {
         stop_server(self.addr.pid(), &self.exit, |done| self.addr.try_send(Request::Stop(reason, done)).is_ok())
     }
 
     /// The exit reason, once stopped.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// # struct Echo;
+    /// # impl GenStatem for Echo {
+    /// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    /// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    /// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+    /// #     }
+    /// # }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Echo).unwrap();
+    ///     assert_eq!(m.exit_reason(), None);
+    ///     m.stop(smarm::DownReason::Shutdown).unwrap();
+    ///     assert_eq!(m.exit_reason(), Some(smarm::DownReason::Shutdown));
+    /// });
+    /// ```
     pub fn exit_reason(&self) -> Option<DownReason> {
         exit_reason_now(&self.exit)
     }
+
+    /// True while the machine's mailbox exists.
+    ///
+    /// ```
+    /// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+    /// # struct Echo;
+    /// # impl GenStatem for Echo {
+    /// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+    /// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+    /// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+    /// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+    /// #     }
+    /// # }
+    /// smarm::run(|| {
+    ///     let m = gen_statem::start(Echo).unwrap();
+    ///     assert!(m.is_alive());
+    ///     m.stop(smarm::DownReason::Normal).unwrap();
+    ///     assert!(!m.is_alive());
+    /// });
+    /// ```
+    pub fn is_alive(&self) -> bool {
+        self.addr.is_alive()
+    }
+}
+
+/// Calls the machine of type `M` registered under `name`, waiting as long as it takes;
+/// [`CallError::NoProc`] if none runs under that name.
+///
+/// ```
+/// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+/// # struct Echo;
+/// # impl GenStatem for Echo {
+/// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+/// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+/// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+/// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+/// #     }
+/// # }
+/// smarm::run(|| {
+///     gen_statem::start_opts(Echo, StartOpts { name: Some("echo".into()), ..Default::default() }).unwrap();
+///     assert_eq!(gen_statem::call_named::<Echo>("echo", 1), Ok(1));
+///     assert_eq!(gen_statem::call_named::<Echo>("nobody", 1), Err(gen_statem::CallError::NoProc));
+/// });
+/// ```
+pub fn call_named<M: GenStatem>(name: &str, request: M::Call) -> Result<M::Reply, CallError> {
+    named::<M>(name).ok_or_else(no_proc)?.call(request)
+}
+
+/// [`call_named`] waiting at most `timeout`.
+///
+/// ```
+/// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+/// # struct Echo;
+/// # impl GenStatem for Echo {
+/// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+/// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+/// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+/// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+/// #     }
+/// # }
+/// smarm::run(|| {
+///     gen_statem::start_opts(Echo, StartOpts { name: Some("echo".into()), ..Default::default() }).unwrap();
+///     assert_eq!(gen_statem::call_named_timeout::<Echo>("echo", 2, std::time::Duration::from_secs(1)), Ok(2));
+/// });
+/// ```
+pub fn call_named_timeout<M: GenStatem>(
+    name: &str,
+    request: M::Call,
+    timeout: Duration,
+) -> Result<M::Reply, CallError> {
+    named::<M>(name).ok_or_else(no_proc)?.call_timeout(request, timeout)
+}
+
+/// Casts to the machine of type `M` registered under `name`; [`CallError::NoProc`] if none
+/// runs under that name (as `gen_server::cast_named`).
+///
+/// ```
+/// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+/// /// Counts casts and infos; a call returns the count.
+/// struct Count(u32);
+/// impl GenStatem for Count {
+///     type State = (); type Call = (); type Reply = u32; type Cast = u32; type Info = u32; type Timeout = ();
+///     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+///     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+///         match e {
+///             Event::Cast(n) | Event::Info(smarm::gen_server::Info::Msg(n)) => { self.0 += n; Transition::keep() }
+///             _ => Transition::keep().reply(self.0),
+///         }
+///     }
+/// }
+/// smarm::run(|| {
+///     gen_statem::start_opts(Count(0), StartOpts { name: Some("count".into()), ..Default::default() }).unwrap();
+///     gen_statem::cast_named::<Count>("count", 4).unwrap();
+///     assert_eq!(gen_statem::call_named::<Count>("count", ()), Ok(4));
+/// });
+/// ```
+pub fn cast_named<M: GenStatem>(name: &str, msg: M::Cast) -> Result<(), CallError> {
+    named::<M>(name).ok_or_else(no_proc)?.cast(msg);
+    Ok(())
+}
+
+/// A [`StatemRef`] for the machine of type `M` registered under `name`, if one runs.
+///
+/// ```
+/// # use smarm::gen_statem::{self, Ctx, Event, GenStatem, StartOpts, Transition};
+/// # struct Echo;
+/// # impl GenStatem for Echo {
+/// #     type State = (); type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Timeout = ();
+/// #     fn init(&mut self, _: &Ctx<Self>) -> Result<Transition<Self>, smarm::DownReason> { Ok(Transition::to(())) }
+/// #     fn handle_event(&mut self, _: &(), e: &Event<Self>, _: &Ctx<Self>) -> Transition<Self> {
+/// #         match e { Event::Call(x, _) => Transition::keep().reply(*x), _ => Transition::keep() }
+/// #     }
+/// # }
+/// smarm::run(|| {
+///     let m = gen_statem::start_opts(Echo, StartOpts { name: Some("echo".into()), ..Default::default() }).unwrap();
+///     assert_eq!(gen_statem::named::<Echo>("echo").map(|r| r.pid()), Some(m.pid()));
+/// });
+/// ```
+pub fn named<M: GenStatem>(name: &str) -> Option<StatemRef<M>> {
+    let addr = crate::task::whereis_addr::<Request<M>>(name).ok()?;
+    let ext = crate::process::ext_of(addr.pid())?;
+    let exit = ext.downcast_ref::<WatchReceiver<Option<DownReason>>>()?.clone();
+    Some(StatemRef { addr, exit })
 }

@@ -80,7 +80,8 @@ use std::time::{Duration, Instant};
 
 use smarm::channel::{channel, oneshot, OneshotReceiver, Sender};
 use smarm::gen_server::{
-    self, CallError, CallResult, Flow, From, GenServer, Info, InitResult, ReplyTo, ServerRef, StartError, StartOpts,
+    self, CallError, CallResult, Caller, Ctx, Flow, GenServer, Info, InitResult, ReplyTo, ServerRef, StartError,
+    StartOpts,
 };
 use smarm::supervisor::{self, ChildSpec, Shutdown, Strategy, SupFlags};
 use smarm::{DownReason, Exit, Runtime, Signal};
@@ -223,8 +224,9 @@ impl GenServer for Srv {
     type Reply = u32;
     type Cast = Cast;
     type Info = InfoMsg;
+    type Continue = ();
 
-    fn init(&mut self) -> InitResult {
+    fn init(&mut self, _ctx: &Ctx<Self>) -> InitResult {
         if self.trap {
             smarm::trap_exit(true);
         }
@@ -241,7 +243,7 @@ impl GenServer for Srv {
         }
     }
 
-    fn handle_call(&mut self, request: Call, from: &From<u32>) -> CallResult<u32> {
+    fn handle_call(&mut self, request: Call, from: &Caller<u32>, _ctx: &Ctx<Self>) -> CallResult<u32> {
         match request {
             Call::Echo(n) => CallResult::Reply(n),
             Call::Panic(msg) => panic!("{msg}"),
@@ -275,7 +277,7 @@ impl GenServer for Srv {
         }
     }
 
-    fn handle_cast(&mut self, msg: Cast) -> Flow {
+    fn handle_cast(&mut self, msg: Cast, _ctx: &Ctx<Self>) -> Flow {
         match msg {
             Cast::Log(s) => {
                 push(&self.log, s);
@@ -292,7 +294,7 @@ impl GenServer for Srv {
         }
     }
 
-    fn handle_info(&mut self, info: Info<InfoMsg>) -> Flow {
+    fn handle_info(&mut self, info: Info<InfoMsg>, _ctx: &Ctx<Self>) -> Flow {
         match info {
             Info::Msg(InfoMsg::Stop(r)) => Flow::Stop(r),
             Info::Msg(InfoMsg::Panic(msg)) => panic!("{msg}"),
@@ -646,7 +648,8 @@ impl GenServer for Other {
     type Reply = ();
     type Cast = ();
     type Info = ();
-    fn handle_call(&mut self, _: (), _: &From<()>) -> CallResult<()> {
+    type Continue = ();
+    fn handle_call(&mut self, _: (), _: &Caller<()>, _ctx: &Ctx<Self>) -> CallResult<()> {
         CallResult::Reply(())
     }
 }

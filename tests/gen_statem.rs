@@ -57,8 +57,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use smarm::channel::{channel, Receiver, Sender};
-use smarm::gen_server::{CallError, From};
-use smarm::gen_statem::{self, Event, GenStatem, StatemRef, Transition};
+use smarm::gen_server::{CallError, Caller};
+use smarm::gen_statem::{self, Ctx, Event, GenStatem, StatemRef, Transition};
 use smarm::{DownReason, Runtime};
 
 const GUARD: Duration = Duration::from_secs(10);
@@ -111,10 +111,11 @@ impl GenStatem for Lock {
     type Reply = bool;
     type Cast = ();
     type Info = ();
-    fn init(&mut self) -> Result<Door, DownReason> {
-        Ok(Door::Locked)
+    type Timeout = ();
+    fn init(&mut self, _ctx: &Ctx<Self>) -> Result<Transition<Self>, DownReason> {
+        Ok(Transition::to(Door::Locked))
     }
-    fn handle_event(&mut self, state: &Door, event: &Event<Self>) -> Transition<Self> {
+    fn handle_event(&mut self, state: &Door, event: &Event<Self>, _ctx: &Ctx<Self>) -> Transition<Self> {
         match state {
             Door::Locked => self.locked(event),
             Door::Open => self.open(event),
@@ -150,10 +151,11 @@ impl GenStatem for Counter {
     type Reply = Count;
     type Cast = u32;
     type Info = ();
-    fn init(&mut self) -> Result<Count, DownReason> {
-        Ok(Count::Even(0))
+    type Timeout = ();
+    fn init(&mut self, _ctx: &Ctx<Self>) -> Result<Transition<Self>, DownReason> {
+        Ok(Transition::to(Count::Even(0)))
     }
-    fn handle_event(&mut self, state: &Count, event: &Event<Self>) -> Transition<Self> {
+    fn handle_event(&mut self, state: &Count, event: &Event<Self>, _ctx: &Ctx<Self>) -> Transition<Self> {
         match (state, event) {
             (Count::Even(n) | Count::Odd(n), Event::Cast(k)) => {
                 let m = n + k;
@@ -249,13 +251,14 @@ impl<const ENTER: bool> GenStatem for Probe<ENTER> {
     type Reply = u32;
     type Cast = Cmd;
     type Info = u32;
+    type Timeout = ();
     const STATE_ENTER: bool = ENTER;
 
-    fn init(&mut self) -> Result<St, DownReason> {
-        Ok(St::A)
+    fn init(&mut self, _ctx: &Ctx<Self>) -> Result<Transition<Self>, DownReason> {
+        Ok(Transition::to(St::A))
     }
 
-    fn handle_event(&mut self, state: &St, event: &Event<Self>) -> Transition<Self> {
+    fn handle_event(&mut self, state: &St, event: &Event<Self>, _ctx: &Ctx<Self>) -> Transition<Self> {
         match event {
             Event::Enter(old) => {
                 self.push(state, format!("Enter({old:?})"));
@@ -264,7 +267,7 @@ impl<const ENTER: bool> GenStatem for Probe<ENTER> {
                     _ => Transition::keep(),
                 }
             }
-            Event::EventTimeout | Event::StateTimeout | Event::Timeout(_) => {
+            Event::EventTimeout(_) | Event::StateTimeout(_) | Event::Timeout(..) => {
                 let what = format!("{event:?}");
                 self.push(state, what.clone());
                 let _ = self.fired.send((what, Instant::now()));
@@ -295,7 +298,7 @@ impl<const ENTER: bool> GenStatem for Probe<ENTER> {
 }
 
 impl<const ENTER: bool> Probe<ENTER> {
-    fn call(&mut self, state: &St, req: &Req, from: &From<u32>) -> Transition<Self> {
+    fn call(&mut self, state: &St, req: &Req, from: &Caller<u32>) -> Transition<Self> {
         match req {
             Req::Sync => Transition::keep().reply(0),
             Req::PostCall(told) if *state == St::A => {
@@ -494,11 +497,12 @@ impl GenStatem for BadEnter {
     type Reply = ();
     type Cast = ();
     type Info = ();
+    type Timeout = ();
     const STATE_ENTER: bool = true;
-    fn init(&mut self) -> Result<Door, DownReason> {
-        Ok(Door::Locked)
+    fn init(&mut self, _ctx: &Ctx<Self>) -> Result<Transition<Self>, DownReason> {
+        Ok(Transition::to(Door::Locked))
     }
-    fn handle_event(&mut self, state: &Door, event: &Event<Self>) -> Transition<Self> {
+    fn handle_event(&mut self, state: &Door, event: &Event<Self>, _ctx: &Ctx<Self>) -> Transition<Self> {
         match (state, event) {
             (Door::Open, Event::Enter(_)) => match self.action {
                 EnterAction::Fine => Transition::to(Door::Open).state_timeout(GUARD),
@@ -917,12 +921,13 @@ impl GenStatem for Feeder {
     type Reply = ();
     type Cast = Feed;
     type Info = ();
+    type Timeout = ();
 
-    fn init(&mut self) -> Result<St, DownReason> {
-        Ok(St::A)
+    fn init(&mut self, _ctx: &Ctx<Self>) -> Result<Transition<Self>, DownReason> {
+        Ok(Transition::to(St::A))
     }
 
-    fn handle_event(&mut self, _state: &St, event: &Event<Self>) -> Transition<Self> {
+    fn handle_event(&mut self, _state: &St, event: &Event<Self>, _ctx: &Ctx<Self>) -> Transition<Self> {
         match event {
             Event::Cast(Feed::Start(me, arm)) => {
                 me.cast(Feed::Next(0));
@@ -945,7 +950,7 @@ impl GenStatem for Feeder {
                 }
                 Transition::keep()
             }
-            Event::StateTimeout | Event::Timeout(_) => {
+            Event::StateTimeout(_) | Event::Timeout(..) => {
                 self.timeout = Some((self.fed, self.armed_at.unwrap().elapsed()));
                 Transition::keep()
             }
@@ -1074,12 +1079,13 @@ impl GenStatem for PanickyTerminate {
     type Cast = DownReason;
     /// Panic in `handle_event`.
     type Info = ();
+    type Timeout = ();
 
-    fn init(&mut self) -> Result<St, DownReason> {
-        Ok(St::A)
+    fn init(&mut self, _ctx: &Ctx<Self>) -> Result<Transition<Self>, DownReason> {
+        Ok(Transition::to(St::A))
     }
 
-    fn handle_event(&mut self, _state: &St, event: &Event<Self>) -> Transition<Self> {
+    fn handle_event(&mut self, _state: &St, event: &Event<Self>, _ctx: &Ctx<Self>) -> Transition<Self> {
         match event {
             Event::Cast(reason) => Transition::stop(reason.clone()),
             Event::Call(..) => Transition::stop(DownReason::Custom("call".into())).reply(()),
@@ -1148,12 +1154,13 @@ impl GenStatem for SelfCaller {
     type Reply = u32;
     type Cast = StatemRef<SelfCaller>;
     type Info = ();
+    type Timeout = ();
 
-    fn init(&mut self) -> Result<(), DownReason> {
-        Ok(())
+    fn init(&mut self, _ctx: &Ctx<Self>) -> Result<Transition<Self>, DownReason> {
+        Ok(Transition::to(()))
     }
 
-    fn handle_event(&mut self, _: &(), event: &Event<Self>) -> Transition<Self> {
+    fn handle_event(&mut self, _: &(), event: &Event<Self>, _ctx: &Ctx<Self>) -> Transition<Self> {
         match event {
             Event::Cast(me) => {
                 self.report.send((me.stop(DownReason::Normal), me.call(()))).unwrap();

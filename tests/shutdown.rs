@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use smarm::channel::{channel, Receiver, Sender};
-use smarm::gen_server::{self, CallResult, From, GenServer, InitResult};
+use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer, InitResult};
 use smarm::supervisor::{self, ChildSpec, Shutdown, Strategy, SupFlags};
 use smarm::{DownReason, Exit, JoinHandle, RunError, Runtime, Signal};
 
@@ -83,11 +83,12 @@ impl GenServer for Worker {
     type Reply = ();
     type Cast = ();
     type Info = ();
-    fn init(&mut self) -> InitResult {
+    type Continue = ();
+    fn init(&mut self, _ctx: &Ctx<Self>) -> InitResult {
         smarm::trap_exit(true);
         InitResult::Ok
     }
-    fn handle_call(&mut self, _: (), _: &From<()>) -> CallResult<()> {
+    fn handle_call(&mut self, _: (), _: &Caller<()>, _ctx: &Ctx<Self>) -> CallResult<()> {
         CallResult::Reply(())
     }
     fn terminate(&mut self, reason: &DownReason) {

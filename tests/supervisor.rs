@@ -85,7 +85,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use smarm::channel::{channel, oneshot, watch, OneshotReceiver, OneshotSender, Receiver, Sender};
-use smarm::gen_server::{self, CallResult, Flow, From, GenServer, InitResult};
+use smarm::gen_server::{self, CallResult, Caller, Ctx, Flow, GenServer, InitResult};
 use smarm::supervisor::{
     self, ChildSpec, Restart, Shutdown, SimpleSupervisorRef, Strategy, SupFlags, SupStartError, SupervisorError,
     SupervisorRef,
@@ -398,7 +398,8 @@ impl GenServer for Worker {
     type Reply = ();
     type Cast = ();
     type Info = ();
-    fn init(&mut self) -> InitResult {
+    type Continue = ();
+    fn init(&mut self, _ctx: &Ctx<Self>) -> InitResult {
         smarm::trap_exit(true);
         smarm::sleep(self.slow_init);
         if self.fail_init {
@@ -407,10 +408,10 @@ impl GenServer for Worker {
         push(&self.log, format!("init:{}", self.id));
         InitResult::Ok
     }
-    fn handle_call(&mut self, _: (), _: &From<()>) -> CallResult<()> {
+    fn handle_call(&mut self, _: (), _: &Caller<()>, _ctx: &Ctx<Self>) -> CallResult<()> {
         CallResult::Reply(())
     }
-    fn handle_cast(&mut self, _: ()) -> Flow {
+    fn handle_cast(&mut self, _: (), _ctx: &Ctx<Self>) -> Flow {
         match self.stop_with.take() {
             Some(r) => Flow::Stop(r),
             None => Flow::Continue,
