@@ -21,11 +21,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::channel::{RecvTimeoutError, SelectRecv, SelectWaiter, Selectable, TryRecvError};
+use crate::channel::{RecvTimeoutError, SelectRecv, SelectWaiter, Selectable, SendError, TryRecvError};
+use crate::error::LookupError;
 use crate::hand::{Hand, HandPtr};
 use crate::process::{Down, Exit, Signal, SignalSink};
 use crate::raw_mutex::{Rank, RawMutex};
-use crate::runtime::{WaitLimit, Waiter};
+use crate::runtime::{Shared, WaitLimit, Waiter};
 use crate::slot_state::Pid;
 
 /// What an actor receives: a message, or a signal.
@@ -426,14 +427,19 @@ impl<M: Send + 'static> Addr<M> {
         }
     }
 
-    /// Sends `msg`, handing it back if the actor has ended. Unlike [`send`](Self::send) it
-    /// does not count toward the timeslice (the request path of `call`, which parks right
-    /// after): a loop of `try_send`s that never blocks should call
-    /// [`maybe_preempt`](crate::maybe_preempt).
-    pub fn try_send(&self, msg: M) -> Result<(), M> {
+    /// Sends `msg`, or hands it back in a [`SendError`] if the actor has ended: the send
+    /// that reports a dead target (tokio's and std's `send` shape; [`send`](Self::send) is
+    /// Erlang's fire-and-forget `!`). A mailbox is unbounded, so it never blocks and never
+    /// fails for any other reason. `Ok` means the message was queued while the actor lived;
+    /// as in OTP, it may still end before it reads it (monitor it to know).
+    ///
+    /// Unlike [`send`](Self::send) it does not count toward the timeslice (the request path
+    /// of `call`, which parks right after): a loop of `try_send`s that never blocks should
+    /// call [`maybe_preempt`](crate::maybe_preempt).
+    pub fn try_send(&self, msg: M) -> Result<(), SendError<M>> {
         self.inner.push(Envelope::Msg(msg)).map_err(|e| match e {
-            Envelope::Msg(m) => m,
-            _ => unreachable!(),
+            Envelope::Msg(m) => SendError(m),
+            _ => unreachable!("push hands back what it was given"),
         })
     }
 
@@ -447,8 +453,30 @@ impl<M: Send + 'static> Addr<M> {
         self.inner.state.lock().alive
     }
 
-    pub(crate) fn from_any(any: Arc<dyn Any + Send + Sync>) -> Option<Addr<M>> {
-        any.downcast::<MailboxInner<M>>().ok().map(|inner| Addr { inner })
+    /// The address of the live actor `pid` of the caller's runtime, if its mailbox takes
+    /// messages of type `M`: the way from a pid (a `pg` member, a supervisor's child, a
+    /// [`whereis`](crate::whereis) result, a [`Down`]'s pid) to something you can send to.
+    ///
+    /// Fails with [`LookupError::NoProc`] if `pid` names no live actor (ended, stale, or of
+    /// another runtime), [`NoMailbox`](LookupError::NoMailbox) for a plain
+    /// [`spawn`](crate::spawn) actor, [`WrongType`](LookupError::WrongType) if its mailbox
+    /// takes another message type, and [`NoRuntime`](LookupError::NoRuntime) on a plain
+    /// thread. The actor may end right after the lookup: the address then behaves as that of
+    /// an ended actor (its sends are dropped; [`try_send`](Self::try_send) says so).
+    pub fn from_pid(pid: Pid) -> Result<Addr<M>, LookupError> {
+        let sh = crate::process::current_runtime().ok_or(LookupError::NoRuntime)?;
+        Self::from_pid_in(sh, pid)
+    }
+
+    /// [`from_pid`](Self::from_pid) in the runtime `sh` (for callers that hold a runtime,
+    /// on any thread).
+    pub(crate) fn from_pid_in(sh: &Shared, pid: Pid) -> Result<Addr<M>, LookupError> {
+        let any = crate::process::sink_of(sh, pid)?;
+        match any.downcast::<MailboxInner<M>>() {
+            Ok(inner) => Ok(Addr { inner }),
+            Err(any) if any.is::<MailboxInner<NoMsg>>() => Err(LookupError::NoMailbox),
+            Err(_) => Err(LookupError::WrongType { expected: std::any::type_name::<M>() }),
+        }
     }
 }
 

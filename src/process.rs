@@ -51,11 +51,12 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::channel::RecvTimeoutError;
+pub use crate::error::LookupError;
 pub use crate::exit::DownReason;
 pub(crate) use crate::exit::{reason_from_payload, Cancelled};
 use crate::raw_mutex::{Rank, RawMutex};
 pub(crate) use crate::registry::Registry;
-pub use crate::registry::{register, unregister, whereis, RegisterError};
+pub use crate::registry::{register, registered, unregister, whereis, RegisterError};
 use crate::runtime::{current_shared, Hooks, Shared, WaitLimit};
 use crate::slot_state::{Cancel, Pid};
 
@@ -82,10 +83,14 @@ impl MonitorRef {
 pub struct Down {
     /// The monitor that fired.
     pub monitor: MonitorRef,
-    /// The actor that ended.
+    /// The actor that ended. For a [`monitor_name`] of a name that named nobody, a pid that
+    /// names no actor.
     pub pid: Pid,
     /// Why.
     pub reason: DownReason,
+    /// The registered name the monitor was set up with ([`monitor_name`]; OTP's Down of
+    /// `monitor(process, Name)` carries the name); `None` for a monitor of a pid.
+    pub name: Option<String>,
 }
 
 /// An exit signal received by an actor that traps exits.
@@ -200,6 +205,8 @@ impl Links {
 pub(crate) struct MonitorEntry {
     id: u64,
     sink: Arc<dyn SignalSink>,
+    /// The name of a [`monitor_name`], given back in the Down.
+    name: Option<String>,
 }
 
 /// Lazily allocated process state of one occupancy of a slot.
@@ -460,7 +467,7 @@ pub(crate) fn setup_child_monitor(sh: &Shared, child: Pid, watcher_sink: Arc<dyn
     let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
     let lock = proc_lock(sh, child).expect("child slot");
     let mut slot = lock.lock();
-    slot.state_for(child.generation()).monitors.push(MonitorEntry { id, sink: watcher_sink });
+    slot.state_for(child.generation()).monitors.push(MonitorEntry { id, sink: watcher_sink, name: None });
     MonitorRef { id, target: child }
 }
 
@@ -486,6 +493,44 @@ pub(crate) fn current_sink() -> Arc<dyn SignalSink> {
 /// Outside an actor.
 pub fn monitor(pid: Pid) -> MonitorRef {
     let (sh, me) = me("monitor");
+    monitor_as(sh, me, pid, None)
+}
+
+/// Monitors the actor registered under `name` now (OTP's `monitor(process, Name)`): the
+/// name is resolved once, and the monitor then follows that actor, as a [`monitor`] of its
+/// pid does (unregistering or re-registering the name later does not move it). Its [`Down`]
+/// carries the name. If no live actor has the name, `Down { reason: NoProc }` is delivered at
+/// once, with a `pid` that names no actor.
+///
+/// ```
+/// use smarm::{DownReason, Signal};
+/// smarm::run(|| {
+///     let (go_tx, go_rx) = smarm::channel::oneshot::<()>();
+///     let h = smarm::spawn(move || go_rx.recv().unwrap());
+///     smarm::register("worker", h.pid()).unwrap();
+///     let m = smarm::monitor_name("worker");
+///     assert_eq!(m.target(), h.pid());
+///     go_tx.send(()).unwrap();
+///     let Signal::Down(d) = smarm::recv_signal() else { panic!("expected a Down") };
+///     assert_eq!((d.monitor, d.name.as_deref(), d.reason), (m, Some("worker"), DownReason::Normal));
+///
+///     // Nobody has the name (any more): NoProc at once.
+///     smarm::monitor_name("worker");
+///     let Signal::Down(d) = smarm::recv_signal() else { panic!("expected a Down") };
+///     assert_eq!((d.name.as_deref(), d.reason), (Some("worker"), DownReason::NoProc));
+/// });
+/// ```
+///
+/// # Panics
+/// Outside an actor (the Down needs a mailbox to go to).
+pub fn monitor_name(name: &str) -> MonitorRef {
+    let (sh, me) = me("monitor_name");
+    let pid = crate::registry::whereis_in(sh, name).unwrap_or(Pid::NOBODY);
+    monitor_as(sh, me, pid, Some(name.to_string()))
+}
+
+/// A monitor of `pid` by `me`, set up with `name` ([`monitor_name`]) or none ([`monitor`]).
+fn monitor_as(sh: &Shared, me: Pid, pid: Pid, name: Option<String>) -> MonitorRef {
     let sink = own_sink(sh, me);
     // Relaxed: only uniqueness matters, which the RMW gives in any ordering.
     let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
@@ -493,11 +538,11 @@ pub fn monitor(pid: Pid) -> MonitorRef {
     if let Some(lock) = proc_lock(sh, pid) {
         let mut slot = lock.lock();
         if alive_locked(sh, &slot, pid) {
-            slot.state_for(pid.generation()).monitors.push(MonitorEntry { id, sink });
+            slot.state_for(pid.generation()).monitors.push(MonitorEntry { id, sink, name });
             return mref;
         }
     }
-    sink.push_signal(Signal::Down(Down { monitor: mref, pid, reason: DownReason::NoProc }));
+    sink.push_signal(Signal::Down(Down { monitor: mref, pid, reason: DownReason::NoProc, name }));
     mref
 }
 
@@ -742,6 +787,7 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
                 monitor: MonitorRef { id: m.id, target: pid },
                 pid,
                 reason: reason.clone(),
+                name: m.name,
             }));
         }
         st.sink = None;
@@ -814,13 +860,26 @@ pub(crate) fn track_timer(sh: &Shared, pid: Pid, key: crate::wheel::TimerKey) ->
     true
 }
 
-/// The typed mailbox of a live actor (for name lookup), as `Any`.
-pub(crate) fn sink_any(sh: &Shared, pid: Pid) -> Option<Arc<dyn Any + Send + Sync>> {
-    let mut slot = proc_lock(sh, pid)?.lock();
+/// The mailbox of a live actor (for typed lookup by pid or name), as `Any`: `NoProc` if
+/// `pid` is not alive, `NoMailbox` if it has none yet (a plain `spawn` actor that never
+/// used signals).
+pub(crate) fn sink_of(sh: &Shared, pid: Pid) -> Result<Arc<dyn Any + Send + Sync>, LookupError> {
+    let mut slot = proc_lock(sh, pid).ok_or(LookupError::NoProc)?.lock();
     if !alive_locked(sh, &slot, pid) {
-        return None;
+        return Err(LookupError::NoProc);
     }
-    slot.existing(pid.generation()).and_then(|s| s.sink.clone()).map(|s| s.as_any())
+    let sink = slot.existing(pid.generation()).and_then(|s| s.sink.clone()).ok_or(LookupError::NoMailbox)?;
+    drop(slot);
+    Ok(sink.as_any())
+}
+
+/// The runtime of the calling thread: the one whose scheduler thread this is (an actor's,
+/// or the scheduler's own code), `None` on a plain thread.
+pub(crate) fn current_runtime() -> Option<&'static Shared> {
+    let w = crate::runtime::current_worker();
+    // SAFETY: this thread's live worker; its runtime outlives everything running on the
+    // thread, and 'static is not observable past it (the callers use it and return).
+    (!w.is_null()).then(|| unsafe { &*((*w).shared() as *const Shared) })
 }
 
 /// True if `pid` is alive and traps exits.

@@ -66,6 +66,7 @@ impl<T> std::error::Error for SendError<T> {}
 
 /// Why `try_send` did not send; the value is handed back.
 #[derive(PartialEq, Eq, Clone, Copy)]
+#[non_exhaustive]
 pub enum TrySendError<T> {
     /// A bounded channel is at capacity.
     Full(T),
@@ -112,6 +113,7 @@ impl std::error::Error for RecvError {}
 
 /// Why `try_recv` returned nothing.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
+#[non_exhaustive]
 pub enum TryRecvError {
     /// Nothing queued right now.
     Empty,
@@ -131,6 +133,7 @@ impl std::error::Error for TryRecvError {}
 
 /// Why `recv_timeout`/`recv_deadline` returned nothing.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
+#[non_exhaustive]
 pub enum RecvTimeoutError {
     /// The deadline passed with nothing queued.
     Timeout,
