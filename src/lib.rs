@@ -104,6 +104,8 @@ mod process;
 #[cfg(not(loom))]
 mod raw_mutex;
 #[cfg(not(loom))]
+mod receive;
+#[cfg(not(loom))]
 mod registry;
 #[cfg(not(loom))]
 mod reply;
@@ -156,6 +158,8 @@ mod api {
     pub use crate::mailbox::{Addr, Envelope, Mailbox};
     pub use crate::offload::{block_on, spawn_blocking, BlockingHandle};
     pub use crate::preempt::{maybe_preempt, NoPreempt};
+    #[doc(hidden)]
+    pub use crate::process::__signal_box;
     pub use crate::process::{
         demonitor, demonitor_flush, exit, kill, link, monitor, monitor_name, recv_signal, recv_signal_timeout,
         register, registered, trap_exit, unlink, unregister, whereis, Down, DownReason, Exit, MonitorRef,

@@ -154,6 +154,37 @@ impl<M> MailboxInner<M> {
 }
 
 impl<M> MailboxInner<M> {
+    /// Takes the first envelope that `test` accepts, parking until one arrives or the limit
+    /// passes. `test` gets each envelope *by value* and hands it back with its verdict (see
+    /// [`find_owned`]), so that [`receive!`](macro@crate::receive) can match it with by-value
+    /// patterns and guards without taking it. As [`recv_where`](Self::recv_where) with
+    /// `any = false`: a selective receive, not handed envelopes directly.
+    fn recv_owned(
+        &self,
+        mut limit: WaitLimit,
+        mut test: impl FnMut(Envelope<M>) -> (bool, Envelope<M>),
+    ) -> Option<Envelope<M>> {
+        let mut s = self.state.lock();
+        loop {
+            if let Some(i) = find_owned(&mut s.queue, &mut test) {
+                return s.queue.remove(i);
+            }
+            s.waiter = Some(Waiter::current());
+            drop(s);
+            // As in `recv_where`: deregisters if the park unwinds.
+            let guard = Deregister(self);
+            let timed_out = limit.park();
+            std::mem::forget(guard);
+            s = self.state.lock();
+            s.waiter = None;
+            if timed_out {
+                // The limit passed: one last look, then time out.
+                let i = find_owned(&mut s.queue, &mut test)?;
+                return s.queue.remove(i);
+            }
+        }
+    }
+
     /// Moves every envelope accepted by `pred` into `out` (in arrival order, the others
     /// staying queued in order), parking until at least one is taken or the limit passes;
     /// false if it passed with none taken.
@@ -214,6 +245,28 @@ fn take_unseen<M>(
         }
     }
     *seen = queue.len();
+}
+
+/// The index of the first envelope of `queue` that `test` accepts. Each envelope is moved
+/// out to `test` and put back where it was (a swap with the last, O(1), no allocation: the
+/// length and capacity come back to what they were), so the queue is unchanged on return.
+/// If `test` panics, the envelope it holds is dropped and the last envelope stands in its
+/// place: the panic goes on to the receiving actor, which loses that one envelope.
+fn find_owned<M>(
+    queue: &mut VecDeque<Envelope<M>>,
+    test: &mut impl FnMut(Envelope<M>) -> (bool, Envelope<M>),
+) -> Option<usize> {
+    for i in 0..queue.len() {
+        let e = queue.swap_remove_back(i).expect("index in bounds");
+        let (hit, e) = test(e);
+        queue.push_back(e);
+        let last = queue.len() - 1;
+        queue.swap(i, last);
+        if hit {
+            return Some(i);
+        }
+    }
+    None
 }
 
 struct Deregister<'a, M>(&'a MailboxInner<M>);
@@ -305,6 +358,18 @@ impl<M: Send + 'static> Mailbox<M> {
         pred: impl FnMut(&Envelope<M>) -> bool,
     ) -> Result<Envelope<M>, RecvTimeoutError> {
         self.inner.recv_where(WaitLimit::For(timeout), false, pred).ok_or(RecvTimeoutError::Timeout)
+    }
+
+    /// The selective receive behind [`receive!`](macro@crate::receive): `test` gets each queued
+    /// envelope by value and hands it back with its verdict; waits at most `timeout` (`None`:
+    /// forever). Not a stable API: use the macro.
+    #[doc(hidden)]
+    pub fn __receive(
+        &self,
+        timeout: Option<Duration>,
+        test: impl FnMut(Envelope<M>) -> (bool, Envelope<M>),
+    ) -> Option<Envelope<M>> {
+        self.inner.recv_owned(WaitLimit::from_timeout(timeout), test)
     }
 
     /// Selective receive within `limit`, for the crate's own waits (a supervisor waiting
@@ -489,14 +554,53 @@ pub(crate) fn new_signal_box() -> Arc<dyn SignalSink> {
 }
 
 pub(crate) fn recv_signal_from(sink: Arc<dyn SignalSink>, limit: WaitLimit) -> Option<Signal> {
-    let mb = sink.as_any().downcast::<MailboxInner<NoMsg>>().unwrap_or_else(|_| {
-        panic!("smarm::recv_signal: this actor has a typed Mailbox; receive signals from it instead")
-    });
-    mb.recv_first(limit).map(|e| match e {
+    SignalBox::of(sink).0.recv_first(limit).map(|e| match e {
         Envelope::Down(d) => Signal::Down(d),
         Envelope::Exit(x) => Signal::Exit(x),
         Envelope::Msg(never) => match never {},
     })
+}
+
+/// The signal-only mailbox of the calling plain `spawn` actor, as a `select!` arm
+/// (`recv_signal() -> s => ...`). Not a stable API: use the macro arm.
+#[doc(hidden)]
+pub struct SignalBox(Arc<MailboxInner<NoMsg>>);
+
+impl SignalBox {
+    pub(crate) fn of(sink: Arc<dyn SignalSink>) -> SignalBox {
+        SignalBox(sink.as_any().downcast::<MailboxInner<NoMsg>>().unwrap_or_else(|_| {
+            panic!("smarm::recv_signal: this actor has a typed Mailbox; receive signals from it instead")
+        }))
+    }
+}
+
+impl Selectable for SignalBox {
+    fn is_ready(&self) -> bool {
+        !self.0.state.lock().queue.is_empty()
+    }
+    fn register_waiter(&self, waiter: &SelectWaiter) -> bool {
+        let mut s = self.0.state.lock();
+        if !s.queue.is_empty() {
+            return true;
+        }
+        s.waiter = Some(waiter.0.clone());
+        false
+    }
+    fn unregister_waiter(&self) {
+        self.0.state.lock().waiter = None;
+    }
+}
+
+impl SelectRecv for SignalBox {
+    type Output = Signal;
+    fn select_recv(&self) -> Signal {
+        // Only the owner receives, so a box found ready stays ready.
+        match self.0.state.lock().queue.pop_front().expect("smarm: select arm was ready") {
+            Envelope::Down(d) => Signal::Down(d),
+            Envelope::Exit(x) => Signal::Exit(x),
+            Envelope::Msg(never) => match never {},
+        }
+    }
 }
 
 /// Creates the mailbox of a not-yet-published actor (used by `spawn_actor`).

@@ -1025,6 +1025,16 @@ pub fn shutdown_handle() -> ShutdownHandle {
     ShutdownHandle { rt: std::sync::Arc::downgrade(&unsafe { &*w }.shared_arc()) }
 }
 
+/// The calling actor's signal box, for `select!`'s `recv_signal()` arm. Not a stable API.
+///
+/// # Panics
+/// Outside an actor, and in an actor with a typed [`Mailbox`](crate::Mailbox).
+#[doc(hidden)]
+pub fn __signal_box() -> crate::mailbox::SignalBox {
+    let (sh, me) = me("recv_signal");
+    crate::mailbox::SignalBox::of(own_sink(sh, me))
+}
+
 /// Receives the next signal of a plain `spawn` actor (its signal-only mailbox), parking
 /// until one arrives. Mailbox actors receive signals through their [`Mailbox`](crate::Mailbox).
 pub fn recv_signal() -> Signal {
