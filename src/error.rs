@@ -154,6 +154,15 @@ impl std::error::Error for RunError {}
 /// // Off a runtime there is nothing to look in.
 /// assert_eq!(smarm::whereis_addr::<u32>("nobody"), Err(smarm::LookupError::NoRuntime));
 /// ```
+///
+/// `#[non_exhaustive]` (variants are added, e.g. for the cluster): a `match` needs a `_` arm.
+///
+/// ```compile_fail,E0004
+/// fn f(e: smarm::LookupError) {
+///     use smarm::LookupError::*;
+///     match e { NotFound | NoProc | NoMailbox | WrongType { .. } | NoRuntime => {} }
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LookupError {

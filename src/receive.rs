@@ -1,4 +1,4 @@
-//! [`receive!`](crate::receive): Erlang's selective `receive ... after ... end` over a
+//! [`receive!`](macro@crate::receive): Erlang's selective `receive ... after ... end` over a
 //! [`Mailbox`](crate::Mailbox), with patterns, guards and a timeout.
 //!
 //! # How it works

@@ -43,6 +43,15 @@ use crate::slot_state::Pid;
 ///     assert_eq!(smarm::register("a", other.pid()), Err(RegisterError::NameTaken(me)));
 /// });
 /// ```
+///
+/// `#[non_exhaustive]` (variants are added, e.g. for the cluster): a `match` needs a `_` arm.
+///
+/// ```compile_fail,E0004
+/// fn f(e: smarm::RegisterError) {
+///     use smarm::RegisterError::*;
+///     match e { NameTaken(_) | AlreadyNamed(_) | NoProc | NoRuntime => {} }
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RegisterError {

@@ -6,6 +6,21 @@
 //! from all, and check again. Registration and readiness are decided under each arm's own
 //! lock, so a message that arrives between the check and the park finds the waiter and
 //! wakes it (or the park returns at once through the actor's NOTIFIED bit).
+//!
+//! ```
+//! use std::time::Duration;
+//! smarm::run(|| {
+//!     let (tx, rx) = smarm::channel::channel::<u32>();
+//!     let (_stop_tx, stop_rx) = smarm::channel::oneshot::<()>();
+//!     smarm::spawn(move || tx.send(1).unwrap());
+//!     let got = smarm::select! {
+//!         recv(rx) -> v => v.ok(),
+//!         recv(stop_rx) -> _ => None,
+//!         timeout(Duration::from_secs(10)) => None,
+//!     };
+//!     assert_eq!(got, Some(1));
+//! });
+//! ```
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
