@@ -201,7 +201,11 @@ pub(crate) fn whereis_in(sh: &Shared, name: &str) -> Option<Pid> {
 /// });
 /// ```
 pub fn registered() -> Vec<String> {
-    let Some(sh) = current_runtime() else { return Vec::new() };
+    current_runtime().map_or_else(Vec::new, registered_in)
+}
+
+/// [`registered`] in the runtime `sh` (for callers that hold a runtime, on any thread).
+pub(crate) fn registered_in(sh: &Shared) -> Vec<String> {
     let mut names: Vec<String> =
         world(sh).registry.names.lock().iter().filter(|(_, p)| sh.slab.is_live(**p)).map(|(n, _)| n.clone()).collect();
     names.sort_unstable();
