@@ -138,3 +138,64 @@ impl fmt::Display for RunError {
 }
 
 impl std::error::Error for RunError {}
+
+/// Why a lookup by name ([`whereis_addr`](crate::whereis_addr),
+/// [`send_named`](crate::send_named)) or by pid ([`Addr::from_pid`](crate::Addr::from_pid))
+/// gave no [`Addr`](crate::Addr).
+///
+/// ```
+/// smarm::run(|| {
+///     assert_eq!(smarm::whereis_addr::<u32>("nobody"), Err(smarm::LookupError::NotFound));
+///     let plain = smarm::spawn(|| ());
+///     let pid = plain.pid();
+///     plain.join().unwrap();
+///     assert_eq!(smarm::Addr::<u32>::from_pid(pid), Err(smarm::LookupError::NoProc));
+/// });
+/// // Off a runtime there is nothing to look in.
+/// assert_eq!(smarm::whereis_addr::<u32>("nobody"), Err(smarm::LookupError::NoRuntime));
+/// ```
+///
+/// `#[non_exhaustive]` (variants are added, e.g. for the cluster): a `match` needs a `_` arm.
+///
+/// ```compile_fail,E0004
+/// fn f(e: smarm::LookupError) {
+///     use smarm::LookupError::*;
+///     match e { NotFound | NoProc | NoMailbox | WrongType { .. } | NoRuntime => {} }
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LookupError {
+    /// No live actor is registered under the name.
+    NotFound,
+    /// The pid names no live actor of this runtime: it ended, or the pid is stale or of
+    /// another runtime (OTP's `noproc`).
+    NoProc,
+    /// The actor is alive but has no typed mailbox (a plain [`spawn`](crate::spawn) actor):
+    /// there is nothing to send to.
+    NoMailbox,
+    /// The actor's mailbox carries another message type than the one asked for.
+    WrongType {
+        /// The message type asked for (`std::any::type_name`).
+        expected: &'static str,
+    },
+    /// Called outside a smarm runtime (a plain thread): there is no registry or actor
+    /// table to look in.
+    NoRuntime,
+}
+
+impl fmt::Display for LookupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LookupError::NotFound => f.write_str("smarm: no live actor is registered under that name"),
+            LookupError::NoProc => f.write_str("smarm: no live actor has that pid"),
+            LookupError::NoMailbox => f.write_str("smarm: the actor has no typed mailbox (a plain spawn actor)"),
+            LookupError::WrongType { expected } => {
+                write!(f, "smarm: the actor's mailbox does not take messages of type {expected}")
+            }
+            LookupError::NoRuntime => f.write_str("smarm: name or pid lookup outside a smarm runtime"),
+        }
+    }
+}
+
+impl std::error::Error for LookupError {}

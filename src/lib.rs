@@ -104,6 +104,8 @@ mod process;
 #[cfg(not(loom))]
 mod raw_mutex;
 #[cfg(not(loom))]
+mod receive;
+#[cfg(not(loom))]
 mod registry;
 #[cfg(not(loom))]
 mod reply;
@@ -152,13 +154,16 @@ mod api {
 
     pub use crate::actor::JoinHandle;
     pub use crate::channel::{RecvTimeoutError, TryRecvError};
-    pub use crate::error::{BuildError, RunError, SpawnError};
+    pub use crate::error::{BuildError, LookupError, RunError, SpawnError};
     pub use crate::mailbox::{Addr, Envelope, Mailbox};
     pub use crate::offload::{block_on, spawn_blocking, BlockingHandle};
     pub use crate::preempt::{maybe_preempt, NoPreempt};
+    #[doc(hidden)]
+    pub use crate::process::__signal_box;
     pub use crate::process::{
-        demonitor, demonitor_flush, exit, kill, link, monitor, recv_signal, recv_signal_timeout, register, trap_exit,
-        unlink, unregister, whereis, Down, DownReason, Exit, MonitorRef, RegisterError, Signal,
+        demonitor, demonitor_flush, exit, kill, link, monitor, monitor_name, recv_signal, recv_signal_timeout,
+        register, registered, trap_exit, unlink, unregister, whereis, Down, DownReason, Exit, MonitorRef,
+        RegisterError, Signal,
     };
     pub use crate::process::{shutdown, shutdown_handle, ShutdownHandle};
     pub use crate::run::run;
@@ -171,7 +176,6 @@ mod api {
     pub use crate::task::{
         current_pid, current_thread_index, send_named, sleep, spawn, spawn_actor, spawn_link, spawn_monitor,
         spawn_pinned, try_current_pid, try_spawn, try_spawn_actor, try_spawn_pinned, whereis_addr, yield_now,
-        LookupError,
     };
     pub use crate::timer::{cancel as cancel_timer, send_after, send_after_addr, TimerRef};
 

@@ -8,6 +8,28 @@
 //! receives it. Plain `spawn` actors get a signal-only mailbox on first use (monitor,
 //! trap_exit), read with [`recv_signal`](crate::recv_signal).
 //!
+//! ```
+//! use smarm::{Envelope, Mailbox};
+//! smarm::run(|| {
+//!     let (tx, rx) = smarm::channel::oneshot();
+//!     let counter = smarm::spawn_actor(move |mb: Mailbox<u32>| {
+//!         let mut total = 0;
+//!         loop {
+//!             match mb.recv() {
+//!                 Envelope::Msg(0) => break,
+//!                 Envelope::Msg(n) => total += n,
+//!                 Envelope::Down(_) | Envelope::Exit(_) => {}
+//!             }
+//!         }
+//!         tx.send(total).unwrap();
+//!     });
+//!     for n in [1, 2, 3, 0] {
+//!         counter.send(n);
+//!     }
+//!     assert_eq!(rx.recv(), Ok(6));
+//! });
+//! ```
+//!
 //! # Hand-off into a parked receive
 //!
 //! An owner parked in a receive that takes the first envelope (`recv`, `recv_timeout`,
@@ -21,14 +43,32 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::channel::{RecvTimeoutError, SelectRecv, SelectWaiter, Selectable, TryRecvError};
+use crate::channel::{RecvTimeoutError, SelectRecv, SelectWaiter, Selectable, SendError, TryRecvError};
+use crate::error::LookupError;
 use crate::hand::{Hand, HandPtr};
 use crate::process::{Down, Exit, Signal, SignalSink};
 use crate::raw_mutex::{Rank, RawMutex};
-use crate::runtime::{WaitLimit, Waiter};
+use crate::runtime::{Shared, WaitLimit, Waiter};
 use crate::slot_state::Pid;
 
-/// What an actor receives: a message, or a signal.
+/// What an actor receives: a message, or a signal, in one FIFO (a message sent before an
+/// actor died arrives before its Down).
+///
+/// ```
+/// use smarm::{Envelope, Mailbox};
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::oneshot();
+///     smarm::spawn_actor(move |mb: Mailbox<&str>| {
+///         let child = smarm::spawn_actor(|mb: Mailbox<()>| drop(mb));
+///         smarm::monitor(child.pid());
+///         match mb.recv() {
+///             Envelope::Down(d) => tx.send(d.pid == child.pid()).unwrap(),
+///             Envelope::Msg(_) | Envelope::Exit(_) => unreachable!("nothing else is sent"),
+///         }
+///     });
+///     assert_eq!(rx.recv(), Ok(true));
+/// });
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Envelope<M> {
     /// A message sent to the actor's [`Addr`].
@@ -41,6 +81,11 @@ pub enum Envelope<M> {
 
 impl<M> Envelope<M> {
     /// The message, if this is one.
+    ///
+    /// ```
+    /// let e: smarm::Envelope<u32> = smarm::Envelope::Msg(3);
+    /// assert_eq!(e.into_msg(), Some(3));
+    /// ```
     pub fn into_msg(self) -> Option<M> {
         match self {
             Envelope::Msg(m) => Some(m),
@@ -153,6 +198,37 @@ impl<M> MailboxInner<M> {
 }
 
 impl<M> MailboxInner<M> {
+    /// Takes the first envelope that `test` accepts, parking until one arrives or the limit
+    /// passes. `test` gets each envelope *by value* and hands it back with its verdict (see
+    /// [`find_owned`]), so that [`receive!`](macro@crate::receive) can match it with by-value
+    /// patterns and guards without taking it. As [`recv_where`](Self::recv_where) with
+    /// `any = false`: a selective receive, not handed envelopes directly.
+    fn recv_owned(
+        &self,
+        mut limit: WaitLimit,
+        mut test: impl FnMut(Envelope<M>) -> (bool, Envelope<M>),
+    ) -> Option<Envelope<M>> {
+        let mut s = self.state.lock();
+        loop {
+            if let Some(i) = find_owned(&mut s.queue, &mut test) {
+                return s.queue.remove(i);
+            }
+            s.waiter = Some(Waiter::current());
+            drop(s);
+            // As in `recv_where`: deregisters if the park unwinds.
+            let guard = Deregister(self);
+            let timed_out = limit.park();
+            std::mem::forget(guard);
+            s = self.state.lock();
+            s.waiter = None;
+            if timed_out {
+                // The limit passed: one last look, then time out.
+                let i = find_owned(&mut s.queue, &mut test)?;
+                return s.queue.remove(i);
+            }
+        }
+    }
+
     /// Moves every envelope accepted by `pred` into `out` (in arrival order, the others
     /// staying queued in order), parking until at least one is taken or the limit passes;
     /// false if it passed with none taken.
@@ -215,6 +291,28 @@ fn take_unseen<M>(
     *seen = queue.len();
 }
 
+/// The index of the first envelope of `queue` that `test` accepts. Each envelope is moved
+/// out to `test` and put back where it was (a swap with the last, O(1), no allocation: the
+/// length and capacity come back to what they were), so the queue is unchanged on return.
+/// If `test` panics, the envelope it holds is dropped and the last envelope stands in its
+/// place: the panic goes on to the receiving actor, which loses that one envelope.
+fn find_owned<M>(
+    queue: &mut VecDeque<Envelope<M>>,
+    test: &mut impl FnMut(Envelope<M>) -> (bool, Envelope<M>),
+) -> Option<usize> {
+    for i in 0..queue.len() {
+        let e = queue.swap_remove_back(i).expect("index in bounds");
+        let (hit, e) = test(e);
+        queue.push_back(e);
+        let last = queue.len() - 1;
+        queue.swap(i, last);
+        if hit {
+            return Some(i);
+        }
+    }
+    None
+}
+
 struct Deregister<'a, M>(&'a MailboxInner<M>);
 
 impl<M> Drop for Deregister<'_, M> {
@@ -273,6 +371,15 @@ impl<M> fmt::Debug for Mailbox<M> {
 
 impl<M: Send + 'static> Mailbox<M> {
     /// The next message or signal, parking until one arrives.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let a = smarm::spawn_actor(move |mb: smarm::Mailbox<&str>| tx.send(mb.recv()).unwrap());
+    ///     a.send("hi");
+    ///     assert_eq!(rx.recv(), Ok(smarm::Envelope::Msg("hi")));
+    /// });
+    /// ```
     pub fn recv(&self) -> Envelope<M> {
         self.inner.recv_first(WaitLimit::Forever).expect("no deadline")
     }
@@ -280,30 +387,95 @@ impl<M: Send + 'static> Mailbox<M> {
     /// The next message or signal, if one is queued. A mailbox is never disconnected (its
     /// owner holds it, and anyone may still find the actor by pid or name), so the only
     /// error is [`TryRecvError::Empty`].
+    ///
+    /// ```
+    /// use smarm::{channel::TryRecvError, Envelope, Mailbox};
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let a = smarm::spawn_actor(move |mb: Mailbox<u32>| {
+    ///         mb.addr().send(1); // to itself: queued at once
+    ///         tx.send((mb.try_recv(), mb.try_recv())).unwrap();
+    ///     });
+    ///     assert_eq!(rx.recv(), Ok((Ok(Envelope::Msg(1)), Err(TryRecvError::Empty))));
+    /// });
+    /// ```
     pub fn try_recv(&self) -> Result<Envelope<M>, TryRecvError> {
         self.inner.state.lock().queue.pop_front().ok_or(TryRecvError::Empty)
     }
 
     /// The next message or signal, waiting at most `timeout` (zero polls). The only error
     /// is [`RecvTimeoutError::Timeout`] (a mailbox is never disconnected).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use smarm::{channel::RecvTimeoutError, Mailbox};
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     smarm::spawn_actor(move |mb: Mailbox<u32>| {
+    ///         tx.send(mb.recv_timeout(Duration::from_millis(1))).unwrap();
+    ///     });
+    ///     assert_eq!(rx.recv(), Ok(Err(RecvTimeoutError::Timeout)));
+    /// });
+    /// ```
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Envelope<M>, RecvTimeoutError> {
         self.inner.recv_first(WaitLimit::For(timeout)).ok_or(RecvTimeoutError::Timeout)
     }
 
     /// Selective receive: the first queued envelope accepted by `pred`, parking until one
     /// arrives. The others stay queued, in order (Erlang's `receive`).
+    ///
+    /// ```
+    /// use smarm::{Envelope, Mailbox};
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let a = smarm::spawn_actor(move |mb: Mailbox<u32>| {
+    ///         let even = mb.recv_match(|e| matches!(e, Envelope::Msg(n) if n % 2 == 0));
+    ///         tx.send((even, mb.recv())).unwrap(); // the 1 stayed queued
+    ///     });
+    ///     a.send(1);
+    ///     a.send(2);
+    ///     assert_eq!(rx.recv(), Ok((Envelope::Msg(2), Envelope::Msg(1))));
+    /// });
+    /// ```
     pub fn recv_match(&self, pred: impl FnMut(&Envelope<M>) -> bool) -> Envelope<M> {
         self.inner.recv_where(WaitLimit::Forever, false, pred).expect("no deadline")
     }
 
     /// Selective receive waiting at most `timeout` (zero polls): the first queued envelope
     /// accepted by `pred`; the others stay queued, in order (Erlang's `receive ... after`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use smarm::{channel::RecvTimeoutError, Envelope, Mailbox};
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let a = smarm::spawn_actor(move |mb: Mailbox<u32>| {
+    ///         let got = mb.recv_match_timeout(Duration::from_millis(1), |e| matches!(e, Envelope::Msg(9)));
+    ///         tx.send((got, mb.len())).unwrap();
+    ///     });
+    ///     a.send(1);
+    ///     // No 9 came: it timed out, and the 1 is still queued.
+    ///     assert_eq!(rx.recv(), Ok((Err(RecvTimeoutError::Timeout), 1)));
+    /// });
+    /// ```
     pub fn recv_match_timeout(
         &self,
         timeout: Duration,
         pred: impl FnMut(&Envelope<M>) -> bool,
     ) -> Result<Envelope<M>, RecvTimeoutError> {
         self.inner.recv_where(WaitLimit::For(timeout), false, pred).ok_or(RecvTimeoutError::Timeout)
+    }
+
+    /// The selective receive behind [`receive!`](macro@crate::receive): `test` gets each queued
+    /// envelope by value and hands it back with its verdict; waits at most `timeout` (`None`:
+    /// forever). Not a stable API: use the macro.
+    #[doc(hidden)]
+    pub fn __receive(
+        &self,
+        timeout: Option<Duration>,
+        test: impl FnMut(Envelope<M>) -> (bool, Envelope<M>),
+    ) -> Option<Envelope<M>> {
+        self.inner.recv_owned(WaitLimit::from_timeout(timeout), test)
     }
 
     /// Selective receive within `limit`, for the crate's own waits (a supervisor waiting
@@ -330,21 +502,61 @@ impl<M: Send + 'static> Mailbox<M> {
     }
 
     /// An address for this mailbox.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| {
+    ///         mb.addr().send(5); // a message to itself
+    ///         tx.send(mb.recv().into_msg()).unwrap();
+    ///     });
+    ///     assert_eq!(rx.recv(), Ok(Some(5)));
+    /// });
+    /// ```
     pub fn addr(&self) -> Addr<M> {
         Addr { inner: self.inner.clone() }
     }
 
     /// The owning actor's pid.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let a = smarm::spawn_actor(move |mb: smarm::Mailbox<()>| tx.send(mb.pid()).unwrap());
+    ///     assert_eq!(rx.recv(), Ok(a.pid()));
+    /// });
+    /// ```
     pub fn pid(&self) -> Pid {
         self.inner.pid
     }
 
     /// Number of queued envelopes.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| {
+    ///         let empty = (mb.len(), mb.is_empty());
+    ///         mb.addr().send(1);
+    ///         mb.addr().send(2);
+    ///         tx.send((empty, mb.len(), mb.is_empty())).unwrap();
+    ///     });
+    ///     assert_eq!(rx.recv(), Ok(((0, true), 2, false)));
+    /// });
+    /// ```
     pub fn len(&self) -> usize {
         self.inner.state.lock().queue.len()
     }
 
     /// True if nothing is queued.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| tx.send(mb.is_empty()).unwrap());
+    ///     assert_eq!(rx.recv(), Ok(true));
+    /// });
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -385,8 +597,31 @@ impl<M: Send + 'static> SelectRecv for Mailbox<M> {
     }
 }
 
-/// Where to send messages to an actor. Cheap to clone; carries the pid. Sending to an actor
-/// that has ended is a silent no-op.
+/// Where to send messages to an actor. Cheap to clone; carries the pid.
+///
+/// Two sends, never blocking (a mailbox is unbounded): [`send`](Self::send), Erlang's
+/// fire-and-forget `!` (a send to an ended actor is a silent no-op), and
+/// [`try_send`](Self::try_send), which reports an ended actor by handing the message back in
+/// a [`SendError`], the shape of std's and tokio's `send` (tokio's `try_send` also reports a
+/// full channel, which a mailbox never is). From a bare [`Pid`] (a `pg` member, a
+/// supervisor's child, a [`whereis`](crate::whereis) result) [`Addr::from_pid`] gives a
+/// typed address, or a [`LookupError`] saying why not.
+///
+/// ```
+/// use smarm::{Addr, Mailbox};
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::channel();
+///     let a: Addr<u32> = smarm::spawn_actor(move |mb: Mailbox<u32>| {
+///         while let Some(n) = mb.recv().into_msg() {
+///             tx.send(n).unwrap();
+///         }
+///     });
+///     let b = a.clone();
+///     a.send(1);
+///     b.try_send(2).unwrap();
+///     assert_eq!((rx.recv(), rx.recv()), (Ok(1), Ok(2)));
+/// });
+/// ```
 pub struct Addr<M> {
     inner: Arc<MailboxInner<M>>,
 }
@@ -414,6 +649,16 @@ impl<M: Send + 'static> Addr<M> {
     /// Sends `msg` (dropped silently if the actor has ended). A send never blocks, so it
     /// counts toward the sender's timeslice: a loop of sends is preempted like a CPU-bound
     /// loop calling [`maybe_preempt`](crate::maybe_preempt).
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let a = smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| tx.send(mb.recv().into_msg()).unwrap());
+    ///     a.send(1);
+    ///     assert_eq!(rx.recv(), Ok(Some(1)));
+    ///     a.send(2); // it has ended (or soon will): dropped, no error
+    /// });
+    /// ```
     pub fn send(&self, msg: M) {
         match self.inner.push(Envelope::Msg(msg)) {
             Ok(()) => crate::preempt::charge_send(),
@@ -426,29 +671,102 @@ impl<M: Send + 'static> Addr<M> {
         }
     }
 
-    /// Sends `msg`, handing it back if the actor has ended. Unlike [`send`](Self::send) it
-    /// does not count toward the timeslice (the request path of `call`, which parks right
-    /// after): a loop of `try_send`s that never blocks should call
-    /// [`maybe_preempt`](crate::maybe_preempt).
-    pub fn try_send(&self, msg: M) -> Result<(), M> {
+    /// Sends `msg`, or hands it back in a [`SendError`] if the actor has ended: the send
+    /// that reports a dead target (tokio's and std's `send` shape; [`send`](Self::send) is
+    /// Erlang's fire-and-forget `!`). A mailbox is unbounded, so it never blocks and never
+    /// fails for any other reason. `Ok` means the message was queued while the actor lived;
+    /// as in OTP, it may still end before it reads it (monitor it to know).
+    ///
+    /// Unlike [`send`](Self::send) it does not count toward the timeslice (the request path
+    /// of `call`, which parks right after): a loop of `try_send`s that never blocks should
+    /// call [`maybe_preempt`](crate::maybe_preempt).
+    ///
+    /// ```
+    /// use smarm::channel::SendError;
+    /// smarm::run(|| {
+    ///     let a = smarm::spawn_actor(|_mb: smarm::Mailbox<u32>| ());
+    ///     smarm::monitor(a.pid());
+    ///     smarm::recv_signal(); // its Down: it has ended
+    ///     assert_eq!(a.try_send(7), Err(SendError(7)));
+    /// });
+    /// ```
+    pub fn try_send(&self, msg: M) -> Result<(), SendError<M>> {
         self.inner.push(Envelope::Msg(msg)).map_err(|e| match e {
-            Envelope::Msg(m) => m,
-            _ => unreachable!(),
+            Envelope::Msg(m) => SendError(m),
+            _ => unreachable!("push hands back what it was given"),
         })
     }
 
     /// The actor's pid.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let a = smarm::spawn_actor(|_mb: smarm::Mailbox<u32>| ());
+    ///     smarm::monitor(a.pid());
+    ///     let smarm::Signal::Down(d) = smarm::recv_signal() else { unreachable!() };
+    ///     assert_eq!(d.pid, a.pid());
+    /// });
+    /// ```
     pub fn pid(&self) -> Pid {
         self.inner.pid
     }
 
     /// True while the actor's mailbox exists.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (go_tx, go_rx) = smarm::channel::oneshot::<()>();
+    ///     let a = smarm::spawn_actor(move |_mb: smarm::Mailbox<u32>| go_rx.recv().unwrap());
+    ///     assert!(a.is_alive());
+    ///     smarm::monitor(a.pid());
+    ///     go_tx.send(()).unwrap();
+    ///     smarm::recv_signal(); // its Down
+    ///     assert!(!a.is_alive());
+    /// });
+    /// ```
     pub fn is_alive(&self) -> bool {
         self.inner.state.lock().alive
     }
 
-    pub(crate) fn from_any(any: Arc<dyn Any + Send + Sync>) -> Option<Addr<M>> {
-        any.downcast::<MailboxInner<M>>().ok().map(|inner| Addr { inner })
+    /// The address of the live actor `pid` of the caller's runtime, if its mailbox takes
+    /// messages of type `M`: the way from a pid (a `pg` member, a supervisor's child, a
+    /// [`whereis`](crate::whereis) result, a [`Down`]'s pid) to something you can send to.
+    ///
+    /// Fails with [`LookupError::NoProc`] if `pid` names no live actor (ended, stale, or of
+    /// another runtime), [`NoMailbox`](LookupError::NoMailbox) for a plain
+    /// [`spawn`](crate::spawn) actor, [`WrongType`](LookupError::WrongType) if its mailbox
+    /// takes another message type, and [`NoRuntime`](LookupError::NoRuntime) on a plain
+    /// thread. The actor may end right after the lookup: the address then behaves as that of
+    /// an ended actor (its sends are dropped; [`try_send`](Self::try_send) says so).
+    ///
+    /// ```
+    /// use smarm::{Addr, LookupError, Mailbox};
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let a = smarm::spawn_actor(move |mb: Mailbox<u32>| tx.send(mb.recv().into_msg()).unwrap());
+    ///     let pid = a.pid(); // say, from pg::members or a supervisor's which_children
+    ///     assert!(matches!(Addr::<String>::from_pid(pid), Err(LookupError::WrongType { .. })));
+    ///     Addr::<u32>::from_pid(pid).unwrap().send(3);
+    ///     assert_eq!(rx.recv(), Ok(Some(3)));
+    /// });
+    /// // Off a runtime there is no actor table to look in.
+    /// # let pid = smarm::run(smarm::current_pid);
+    /// assert_eq!(smarm::Addr::<u32>::from_pid(pid), Err(smarm::LookupError::NoRuntime));
+    /// ```
+    pub fn from_pid(pid: Pid) -> Result<Addr<M>, LookupError> {
+        let sh = crate::process::current_runtime().ok_or(LookupError::NoRuntime)?;
+        Self::from_pid_in(sh, pid)
+    }
+
+    /// [`from_pid`](Self::from_pid) in the runtime `sh` (for callers that hold a runtime,
+    /// on any thread).
+    pub(crate) fn from_pid_in(sh: &Shared, pid: Pid) -> Result<Addr<M>, LookupError> {
+        let any = crate::process::sink_of(sh, pid)?;
+        match any.downcast::<MailboxInner<M>>() {
+            Ok(inner) => Ok(Addr { inner }),
+            Err(any) if any.is::<MailboxInner<NoMsg>>() => Err(LookupError::NoMailbox),
+            Err(_) => Err(LookupError::WrongType { expected: std::any::type_name::<M>() }),
+        }
     }
 }
 
@@ -461,14 +779,53 @@ pub(crate) fn new_signal_box() -> Arc<dyn SignalSink> {
 }
 
 pub(crate) fn recv_signal_from(sink: Arc<dyn SignalSink>, limit: WaitLimit) -> Option<Signal> {
-    let mb = sink.as_any().downcast::<MailboxInner<NoMsg>>().unwrap_or_else(|_| {
-        panic!("smarm::recv_signal: this actor has a typed Mailbox; receive signals from it instead")
-    });
-    mb.recv_first(limit).map(|e| match e {
+    SignalBox::of(sink).0.recv_first(limit).map(|e| match e {
         Envelope::Down(d) => Signal::Down(d),
         Envelope::Exit(x) => Signal::Exit(x),
         Envelope::Msg(never) => match never {},
     })
+}
+
+/// The signal-only mailbox of the calling plain `spawn` actor, as a `select!` arm
+/// (`recv_signal() -> s => ...`). Not a stable API: use the macro arm.
+#[doc(hidden)]
+pub struct SignalBox(Arc<MailboxInner<NoMsg>>);
+
+impl SignalBox {
+    pub(crate) fn of(sink: Arc<dyn SignalSink>) -> SignalBox {
+        SignalBox(sink.as_any().downcast::<MailboxInner<NoMsg>>().unwrap_or_else(|_| {
+            panic!("smarm::recv_signal: this actor has a typed Mailbox; receive signals from it instead")
+        }))
+    }
+}
+
+impl Selectable for SignalBox {
+    fn is_ready(&self) -> bool {
+        !self.0.state.lock().queue.is_empty()
+    }
+    fn register_waiter(&self, waiter: &SelectWaiter) -> bool {
+        let mut s = self.0.state.lock();
+        if !s.queue.is_empty() {
+            return true;
+        }
+        s.waiter = Some(waiter.0.clone());
+        false
+    }
+    fn unregister_waiter(&self) {
+        self.0.state.lock().waiter = None;
+    }
+}
+
+impl SelectRecv for SignalBox {
+    type Output = Signal;
+    fn select_recv(&self) -> Signal {
+        // Only the owner receives, so a box found ready stays ready.
+        match self.0.state.lock().queue.pop_front().expect("smarm: select arm was ready") {
+            Envelope::Down(d) => Signal::Down(d),
+            Envelope::Exit(x) => Signal::Exit(x),
+            Envelope::Msg(never) => match never {},
+        }
+    }
 }
 
 /// Creates the mailbox of a not-yet-published actor (used by `spawn_actor`).

@@ -2,6 +2,29 @@
 //! names (the exit reasons themselves are defined in `exit`). `../shared/SEMANTICS.md` is
 //! the specification.
 //!
+//! ```
+//! use smarm::{DownReason, Signal};
+//! smarm::run(|| {
+//!     // A supervisor-like actor: trap exits, link to a worker, monitor another.
+//!     smarm::trap_exit(true);
+//!     let linked = smarm::spawn_link(|| panic!("worker failed"));
+//!     let (watched, m) = smarm::spawn_monitor(|| ());
+//!     let mut seen = Vec::new();
+//!     for _ in 0..2 {
+//!         match smarm::recv_signal() {
+//!             Signal::Exit(x) => seen.push((x.from, x.reason)),
+//!             Signal::Down(d) if d.monitor == m => seen.push((d.pid, d.reason)),
+//!             Signal::Down(_) => unreachable!(),
+//!         }
+//!     }
+//!     seen.sort_by_key(|(pid, _)| *pid == watched.pid());
+//!     assert_eq!(seen, [
+//!         (linked.pid(), DownReason::Panic("worker failed".into())),
+//!         (watched.pid(), DownReason::Normal),
+//!     ]);
+//! });
+//! ```
+//!
 //! # Per-actor process state
 //!
 //! The process layer keeps its per-actor state in a side table of the runtime's [`World`],
@@ -51,15 +74,24 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::channel::RecvTimeoutError;
+pub use crate::error::LookupError;
 pub use crate::exit::DownReason;
 pub(crate) use crate::exit::{reason_from_payload, Cancelled};
 use crate::raw_mutex::{Rank, RawMutex};
 pub(crate) use crate::registry::Registry;
-pub use crate::registry::{register, unregister, whereis, RegisterError};
+pub use crate::registry::{register, registered, unregister, whereis, RegisterError};
 use crate::runtime::{current_shared, Hooks, Shared, WaitLimit};
 use crate::slot_state::{Cancel, Pid};
 
 /// Identifies one monitor (each `monitor` call creates an independent one).
+///
+/// ```
+/// smarm::run(|| {
+///     let h = smarm::spawn(|| ());
+///     let (a, b) = (smarm::monitor(h.pid()), smarm::monitor(h.pid()));
+///     assert_ne!(a, b); // two monitors, two Downs
+/// });
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MonitorRef {
     id: u64,
@@ -72,23 +104,53 @@ impl MonitorRef {
     }
 
     /// The monitored actor.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let h = smarm::spawn(|| ());
+    ///     assert_eq!(smarm::monitor(h.pid()).target(), h.pid());
+    /// });
+    /// ```
     pub fn target(&self) -> Pid {
         self.target
     }
 }
 
 /// A monitored actor ended (or was not alive when the monitor was set up: `NoProc`).
+///
+/// ```
+/// use smarm::{DownReason, Signal};
+/// smarm::run(|| {
+///     let (h, m) = smarm::spawn_monitor(|| panic!("boom"));
+///     let Signal::Down(d) = smarm::recv_signal() else { unreachable!() };
+///     assert_eq!((d.monitor, d.pid, d.reason, d.name), (m, h.pid(), DownReason::Panic("boom".into()), None));
+/// });
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Down {
     /// The monitor that fired.
     pub monitor: MonitorRef,
-    /// The actor that ended.
+    /// The actor that ended. For a [`monitor_name`] of a name that named nobody, a pid that
+    /// names no actor.
     pub pid: Pid,
     /// Why.
     pub reason: DownReason,
+    /// The registered name the monitor was set up with ([`monitor_name`]; OTP's Down of
+    /// `monitor(process, Name)` carries the name); `None` for a monitor of a pid.
+    pub name: Option<String>,
 }
 
 /// An exit signal received by an actor that traps exits.
+///
+/// ```
+/// use smarm::{DownReason, Signal};
+/// smarm::run(|| {
+///     smarm::trap_exit(true);
+///     let h = smarm::spawn_link(|| ());
+///     let Signal::Exit(x) = smarm::recv_signal() else { unreachable!() };
+///     assert_eq!((x.from, x.reason), (h.pid(), DownReason::Normal));
+/// });
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exit {
     /// Who sent it (the linked actor that ended, or the caller of `exit`).
@@ -98,6 +160,14 @@ pub struct Exit {
 }
 
 /// A signal as delivered into a mailbox.
+///
+/// ```
+/// use smarm::Signal;
+/// smarm::run(|| {
+///     let (_h, _m) = smarm::spawn_monitor(|| ());
+///     assert!(matches!(smarm::recv_signal(), Signal::Down(_)));
+/// });
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Signal {
     /// A monitor fired.
@@ -200,6 +270,8 @@ impl Links {
 pub(crate) struct MonitorEntry {
     id: u64,
     sink: Arc<dyn SignalSink>,
+    /// The name of a [`monitor_name`], given back in the Down.
+    name: Option<String>,
 }
 
 /// Lazily allocated process state of one occupancy of a slot.
@@ -460,7 +532,7 @@ pub(crate) fn setup_child_monitor(sh: &Shared, child: Pid, watcher_sink: Arc<dyn
     let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
     let lock = proc_lock(sh, child).expect("child slot");
     let mut slot = lock.lock();
-    slot.state_for(child.generation()).monitors.push(MonitorEntry { id, sink: watcher_sink });
+    slot.state_for(child.generation()).monitors.push(MonitorEntry { id, sink: watcher_sink, name: None });
     MonitorRef { id, target: child }
 }
 
@@ -484,8 +556,62 @@ pub(crate) fn current_sink() -> Arc<dyn SignalSink> {
 ///
 /// # Panics
 /// Outside an actor.
+///
+/// ```
+/// use smarm::{DownReason, Signal};
+/// smarm::run(|| {
+///     let (go_tx, go_rx) = smarm::channel::oneshot::<()>();
+///     let h = smarm::spawn(move || go_rx.recv().unwrap());
+///     let m = smarm::monitor(h.pid());
+///     go_tx.send(()).unwrap();
+///     let Signal::Down(d) = smarm::recv_signal() else { unreachable!() };
+///     assert_eq!((d.monitor, d.reason), (m, DownReason::Normal));
+///     // Already gone: NoProc at once.
+///     smarm::monitor(h.pid());
+///     let Signal::Down(d) = smarm::recv_signal() else { unreachable!() };
+///     assert_eq!(d.reason, DownReason::NoProc);
+/// });
+/// ```
 pub fn monitor(pid: Pid) -> MonitorRef {
     let (sh, me) = me("monitor");
+    monitor_as(sh, me, pid, None)
+}
+
+/// Monitors the actor registered under `name` now (OTP's `monitor(process, Name)`): the
+/// name is resolved once, and the monitor then follows that actor, as a [`monitor`] of its
+/// pid does (unregistering or re-registering the name later does not move it). Its [`Down`]
+/// carries the name. If no live actor has the name, `Down { reason: NoProc }` is delivered at
+/// once, with a `pid` that names no actor.
+///
+/// ```
+/// use smarm::{DownReason, Signal};
+/// smarm::run(|| {
+///     let (go_tx, go_rx) = smarm::channel::oneshot::<()>();
+///     let h = smarm::spawn(move || go_rx.recv().unwrap());
+///     smarm::register("worker", h.pid()).unwrap();
+///     let m = smarm::monitor_name("worker");
+///     assert_eq!(m.target(), h.pid());
+///     go_tx.send(()).unwrap();
+///     let Signal::Down(d) = smarm::recv_signal() else { panic!("expected a Down") };
+///     assert_eq!((d.monitor, d.name.as_deref(), d.reason), (m, Some("worker"), DownReason::Normal));
+///
+///     // Nobody has the name (any more): NoProc at once.
+///     smarm::monitor_name("worker");
+///     let Signal::Down(d) = smarm::recv_signal() else { panic!("expected a Down") };
+///     assert_eq!((d.name.as_deref(), d.reason), (Some("worker"), DownReason::NoProc));
+/// });
+/// ```
+///
+/// # Panics
+/// Outside an actor (the Down needs a mailbox to go to).
+pub fn monitor_name(name: &str) -> MonitorRef {
+    let (sh, me) = me("monitor_name");
+    let pid = crate::registry::whereis_in(sh, name).unwrap_or(Pid::NOBODY);
+    monitor_as(sh, me, pid, Some(name.to_string()))
+}
+
+/// A monitor of `pid` by `me`, set up with `name` ([`monitor_name`]) or none ([`monitor`]).
+fn monitor_as(sh: &Shared, me: Pid, pid: Pid, name: Option<String>) -> MonitorRef {
     let sink = own_sink(sh, me);
     // Relaxed: only uniqueness matters, which the RMW gives in any ordering.
     let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
@@ -493,16 +619,30 @@ pub fn monitor(pid: Pid) -> MonitorRef {
     if let Some(lock) = proc_lock(sh, pid) {
         let mut slot = lock.lock();
         if alive_locked(sh, &slot, pid) {
-            slot.state_for(pid.generation()).monitors.push(MonitorEntry { id, sink });
+            slot.state_for(pid.generation()).monitors.push(MonitorEntry { id, sink, name });
             return mref;
         }
     }
-    sink.push_signal(Signal::Down(Down { monitor: mref, pid, reason: DownReason::NoProc }));
+    sink.push_signal(Signal::Down(Down { monitor: mref, pid, reason: DownReason::NoProc, name }));
     mref
 }
 
 /// Removes a monitor. After it returns no new Down for `mref` is delivered (one already
 /// queued stays; see [`demonitor_flush`]). Returns true if the monitor was still active.
+///
+/// ```
+/// use std::time::Duration;
+/// smarm::run(|| {
+///     let (go_tx, go_rx) = smarm::channel::oneshot::<()>();
+///     let h = smarm::spawn(move || go_rx.recv().unwrap());
+///     let m = smarm::monitor(h.pid());
+///     assert!(smarm::demonitor(m));
+///     go_tx.send(()).unwrap();
+///     h.join().unwrap();
+///     assert!(smarm::recv_signal_timeout(Duration::ZERO).is_err()); // no Down
+///     assert!(!smarm::demonitor(m)); // no longer active
+/// });
+/// ```
 pub fn demonitor(mref: MonitorRef) -> bool {
     let (sh, _) = me("demonitor");
     let Some(lock) = proc_lock(sh, mref.target) else { return false };
@@ -520,6 +660,18 @@ pub fn demonitor(mref: MonitorRef) -> bool {
 }
 
 /// [`demonitor`], and also removes a Down for `mref` already in the caller's mailbox.
+///
+/// ```
+/// use std::time::Duration;
+/// smarm::run(|| {
+///     let h = smarm::spawn(|| ());
+///     let m = smarm::monitor(h.pid());
+///     h.join().unwrap();
+///     // The Down may already be queued: flush removes it too.
+///     assert!(smarm::demonitor_flush(m));
+///     assert!(smarm::recv_signal_timeout(Duration::ZERO).is_err());
+/// });
+/// ```
 pub fn demonitor_flush(mref: MonitorRef) -> bool {
     let active = demonitor(mref);
     let (sh, me) = me("demonitor_flush");
@@ -530,6 +682,22 @@ pub fn demonitor_flush(mref: MonitorRef) -> bool {
 /// Links the caller and `pid` (bidirectional; at most one link per pair). If `pid` is not
 /// alive: a trapping caller receives `Exit { from: pid, reason: NoProc }`, a non-trapping
 /// caller gets `Err(DownReason::NoProc)`.
+///
+/// ```
+/// use smarm::{DownReason, Signal};
+/// smarm::run(|| {
+///     smarm::trap_exit(true);
+///     let (go_tx, go_rx) = smarm::channel::oneshot::<()>();
+///     let h = smarm::spawn(move || {
+///         go_rx.recv().unwrap();
+///         panic!("linked boom");
+///     });
+///     smarm::link(h.pid()).unwrap();
+///     go_tx.send(()).unwrap();
+///     let Signal::Exit(x) = smarm::recv_signal() else { unreachable!() };
+///     assert_eq!((x.from, x.reason), (h.pid(), DownReason::Panic("linked boom".into())));
+/// });
+/// ```
 pub fn link(pid: Pid) -> Result<(), DownReason> {
     let (sh, me) = me("link");
     if pid == me {
@@ -580,6 +748,19 @@ pub fn link(pid: Pid) -> Result<(), DownReason> {
 
 /// Removes the link between the caller and `pid`, if any. After it returns, the link has
 /// no further effect.
+///
+/// ```
+/// smarm::run(|| {
+///     let (go_tx, go_rx) = smarm::channel::oneshot::<()>();
+///     let h = smarm::spawn_link(move || {
+///         go_rx.recv().unwrap();
+///         panic!("not our problem any more");
+///     });
+///     smarm::unlink(h.pid());
+///     go_tx.send(()).unwrap();
+///     assert!(h.join().is_err()); // it died; the caller did not
+/// });
+/// ```
 pub fn unlink(pid: Pid) {
     let (sh, me) = me("unlink");
     for (a, b) in [(me, pid), (pid, me)] {
@@ -594,6 +775,13 @@ pub fn unlink(pid: Pid) {
 
 /// Sets whether the caller traps exits (receives exit signals as [`Exit`] messages instead of
 /// dying). Returns the previous setting.
+///
+/// ```
+/// smarm::run(|| {
+///     assert!(!smarm::trap_exit(true)); // was off
+///     assert!(smarm::trap_exit(false)); // was on
+/// });
+/// ```
 pub fn trap_exit(on: bool) -> bool {
     let (sh, me) = me("trap_exit");
     if on {
@@ -615,6 +803,16 @@ pub fn trap_exit(on: bool) -> bool {
 /// `exit(self(), normal)`) and the call does not return, unless the caller is already
 /// unwinding (a destructor running during a panic): then it returns and the panic stays the
 /// exit reason.
+///
+/// ```
+/// use smarm::DownReason;
+/// smarm::run(|| {
+///     let (_keep, wait) = smarm::channel::oneshot::<()>();
+///     let h = smarm::spawn(move || wait.recv().unwrap());
+///     smarm::exit(h.pid(), DownReason::Custom("enough".into()));
+///     assert_eq!(h.join(), Err(DownReason::Custom("enough".into())));
+/// });
+/// ```
 pub fn exit(pid: Pid, reason: DownReason) {
     let (sh, me) = me("exit");
     if pid == me {
@@ -644,6 +842,20 @@ pub fn exit(pid: Pid, reason: DownReason) {
 ///
 /// `kill(current_pid())` does not return: the caller unwinds from the call (unless it is
 /// already unwinding, as for [`exit`] to itself).
+///
+/// ```
+/// use smarm::DownReason;
+/// smarm::run(|| {
+///     let h = smarm::spawn(|| {
+///         smarm::trap_exit(true); // no help against kill
+///         loop {
+///             smarm::yield_now();
+///         }
+///     });
+///     smarm::kill(h.pid());
+///     assert_eq!(h.join(), Err(DownReason::Killed));
+/// });
+/// ```
 pub fn kill(pid: Pid) {
     let (sh, me) = me("kill");
     stop(sh, pid, Cancel::Kill, None);
@@ -742,6 +954,7 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
                 monitor: MonitorRef { id: m.id, target: pid },
                 pid,
                 reason: reason.clone(),
+                name: m.name,
             }));
         }
         st.sink = None;
@@ -814,13 +1027,26 @@ pub(crate) fn track_timer(sh: &Shared, pid: Pid, key: crate::wheel::TimerKey) ->
     true
 }
 
-/// The typed mailbox of a live actor (for name lookup), as `Any`.
-pub(crate) fn sink_any(sh: &Shared, pid: Pid) -> Option<Arc<dyn Any + Send + Sync>> {
-    let mut slot = proc_lock(sh, pid)?.lock();
+/// The mailbox of a live actor (for typed lookup by pid or name), as `Any`: `NoProc` if
+/// `pid` is not alive, `NoMailbox` if it has none yet (a plain `spawn` actor that never
+/// used signals).
+pub(crate) fn sink_of(sh: &Shared, pid: Pid) -> Result<Arc<dyn Any + Send + Sync>, LookupError> {
+    let mut slot = proc_lock(sh, pid).ok_or(LookupError::NoProc)?.lock();
     if !alive_locked(sh, &slot, pid) {
-        return None;
+        return Err(LookupError::NoProc);
     }
-    slot.existing(pid.generation()).and_then(|s| s.sink.clone()).map(|s| s.as_any())
+    let sink = slot.existing(pid.generation()).and_then(|s| s.sink.clone()).ok_or(LookupError::NoMailbox)?;
+    drop(slot);
+    Ok(sink.as_any())
+}
+
+/// The runtime of the calling thread: the one whose scheduler thread this is (an actor's,
+/// or the scheduler's own code), `None` on a plain thread.
+pub(crate) fn current_runtime() -> Option<&'static Shared> {
+    let w = crate::runtime::current_worker();
+    // SAFETY: this thread's live worker; its runtime outlives everything running on the
+    // thread, and 'static is not observable past it (the callers use it and return).
+    (!w.is_null()).then(|| unsafe { &*((*w).shared() as *const Shared) })
 }
 
 /// True if `pid` is alive and traps exits.
@@ -966,8 +1192,28 @@ pub fn shutdown_handle() -> ShutdownHandle {
     ShutdownHandle { rt: std::sync::Arc::downgrade(&unsafe { &*w }.shared_arc()) }
 }
 
+/// The calling actor's signal box, for `select!`'s `recv_signal()` arm. Not a stable API.
+///
+/// # Panics
+/// Outside an actor, and in an actor with a typed [`Mailbox`](crate::Mailbox).
+#[doc(hidden)]
+pub fn __signal_box() -> crate::mailbox::SignalBox {
+    let (sh, me) = me("recv_signal");
+    crate::mailbox::SignalBox::of(own_sink(sh, me))
+}
+
 /// Receives the next signal of a plain `spawn` actor (its signal-only mailbox), parking
 /// until one arrives. Mailbox actors receive signals through their [`Mailbox`](crate::Mailbox).
+///
+/// ```
+/// smarm::run(|| {
+///     let (h, m) = smarm::spawn_monitor(|| ());
+///     match smarm::recv_signal() {
+///         smarm::Signal::Down(d) => assert_eq!((d.monitor, d.pid), (m, h.pid())),
+///         other => panic!("{other:?}"),
+///     }
+/// });
+/// ```
 pub fn recv_signal() -> Signal {
     let (sh, me) = me("recv_signal");
     crate::mailbox::recv_signal_from(own_sink(sh, me), WaitLimit::Forever).expect("no deadline")
@@ -975,6 +1221,16 @@ pub fn recv_signal() -> Signal {
 
 /// Like [`recv_signal`], giving up after `timeout` (zero polls). The only error is
 /// [`RecvTimeoutError::Timeout`].
+///
+/// ```
+/// use std::time::Duration;
+/// use smarm::RecvTimeoutError;
+/// smarm::run(|| {
+///     assert_eq!(smarm::recv_signal_timeout(Duration::ZERO), Err(RecvTimeoutError::Timeout));
+///     let (_h, _m) = smarm::spawn_monitor(|| ());
+///     assert!(smarm::recv_signal_timeout(Duration::from_secs(10)).is_ok());
+/// });
+/// ```
 pub fn recv_signal_timeout(timeout: std::time::Duration) -> Result<Signal, RecvTimeoutError> {
     let (sh, me) = me("recv_signal_timeout");
     crate::mailbox::recv_signal_from(own_sink(sh, me), WaitLimit::For(timeout)).ok_or(RecvTimeoutError::Timeout)

@@ -76,6 +76,10 @@ pub struct Pid {
 }
 
 impl Pid {
+    /// A pid that names no actor: no runtime owns it (runtime ids start at 1). The `pid` of
+    /// the `NoProc` Down of a name monitor whose name named nobody.
+    pub(crate) const NOBODY: Pid = Pid { rt: 0, index: 0, gen: 0 };
+
     pub(crate) fn index(self) -> u32 {
         self.index
     }

@@ -6,10 +6,13 @@
 use std::time::Duration;
 
 use crate::actor::JoinHandle;
+use crate::error::LookupError;
 use crate::error::SpawnError;
 use crate::mailbox::{Addr, Mailbox};
 use crate::preempt::maybe_preempt;
-use crate::process::{whereis, MonitorRef};
+#[cfg(doc)]
+use crate::process::whereis;
+use crate::process::MonitorRef;
 use crate::runtime::current_worker;
 use crate::slot_state::Pid;
 
@@ -231,44 +234,62 @@ where
     (h, mref.expect("make ran"))
 }
 
-/// The [`Addr`] of the actor registered under `name`, typed. A wrong message type is an
-/// error, not a panic.
+/// The [`Addr`] of the actor registered under `name`, typed: [`whereis`] then
+/// [`Addr::from_pid`]. A wrong message type is an error, not a panic; on a plain thread the
+/// error is [`LookupError::NoRuntime`].
+///
+/// ```
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::oneshot();
+///     let echo = smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| {
+///         tx.send(mb.recv().into_msg()).unwrap();
+///     });
+///     smarm::register("echo", echo.pid()).unwrap();
+///     assert!(matches!(smarm::whereis_addr::<String>("echo"), Err(smarm::LookupError::WrongType { .. })));
+///     smarm::whereis_addr::<u32>("echo").unwrap().send(7);
+///     assert_eq!(rx.recv(), Ok(Some(7)));
+/// });
+/// ```
 pub fn whereis_addr<M: Send + 'static>(name: &str) -> Result<Addr<M>, LookupError> {
-    addr_of(whereis(name).ok_or(LookupError::NotFound)?)
+    whereis_addr_in(crate::process::current_runtime().ok_or(LookupError::NoRuntime)?, name)
+}
+
+/// [`whereis_addr`] in the runtime `sh` (for callers that hold a runtime, on any thread).
+pub(crate) fn whereis_addr_in<M: Send + 'static>(
+    sh: &crate::runtime::Shared,
+    name: &str,
+) -> Result<Addr<M>, LookupError> {
+    let pid = crate::registry::whereis_in(sh, name).ok_or(LookupError::NotFound)?;
+    // Ended since the lookup: the name named nobody.
+    Addr::from_pid_in(sh, pid).map_err(|e| if e == LookupError::NoProc { LookupError::NotFound } else { e })
 }
 
 /// The typed [`Addr`] of the live actor `pid` of the caller's runtime.
 pub(crate) fn addr_of<M: Send + 'static>(pid: Pid) -> Result<Addr<M>, LookupError> {
-    let shared = current_shared_ptr().map_err(|_| LookupError::NotFound)?;
-    // SAFETY: see `current_shared_ptr`.
-    let any = crate::process::sink_any(unsafe { &*shared }, pid).ok_or(LookupError::NotFound)?;
-    Addr::from_any(any).ok_or(LookupError::WrongType)
+    Addr::from_pid(pid)
 }
 
-/// Sends `msg` to the actor registered under `name`.
+/// Sends `msg` to the actor registered under `name` (Erlang's `Name ! Msg`). Unlike a send
+/// to an [`Addr`], an unknown name is an error ([`LookupError::NotFound`]), as OTP's
+/// `badarg`; so is a mailbox of another message type, and a call on a plain thread
+/// ([`LookupError::NoRuntime`]).
+///
+/// ```
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::oneshot();
+///     let echo = smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| {
+///         tx.send(mb.recv().into_msg()).unwrap();
+///     });
+///     smarm::register("echo", echo.pid()).unwrap();
+///     smarm::send_named("echo", 9u32).unwrap();
+///     assert_eq!(rx.recv(), Ok(Some(9)));
+///     assert_eq!(smarm::send_named("nobody", 1u32), Err(smarm::LookupError::NotFound));
+/// });
+/// ```
 pub fn send_named<M: Send + 'static>(name: &str, msg: M) -> Result<(), LookupError> {
     whereis_addr::<M>(name)?.send(msg);
     Ok(())
 }
-
-/// Why a name lookup failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LookupError {
-    /// No live actor has that name.
-    NotFound,
-    /// The actor's mailbox carries another message type.
-    WrongType,
-}
-
-impl std::fmt::Display for LookupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LookupError::NotFound => f.write_str("smarm: no actor is registered under that name"),
-            LookupError::WrongType => f.write_str("smarm: the registered actor takes another message type"),
-        }
-    }
-}
-impl std::error::Error for LookupError {}
 
 /// Lets other actors run; the caller is resumed later, possibly on another thread. Off a
 /// runtime it yields the OS thread.

@@ -141,7 +141,7 @@ pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::mailbox
     // through a `DropOnActor`.
     let msg = DropOnActor::new(msg);
     let action = Action::Run(Box::new(move || {
-        if let Err(msg) = target.try_send(msg.into_inner()) {
+        if let Err(crate::channel::SendError(msg)) = target.try_send(msg.into_inner()) {
             drop(DropOnActor::new(msg));
         }
     }));

@@ -38,6 +38,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("process", 3),
     ("timer", 3),
     ("mailbox", 3),
+    ("receive", 3),
     ("channel", 3),
     ("sync", 3),
     ("hand", 3),

@@ -124,7 +124,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use smarm::channel::{channel, oneshot, RecvTimeoutError, Sender, TryRecvError};
+use smarm::channel::{channel, oneshot, RecvTimeoutError, SendError, Sender, TryRecvError};
 use smarm::{Addr, Down, DownReason, Envelope, Exit, LookupError, Mailbox, Pid, RegisterError, Runtime, Signal};
 
 /// Bounds waits that only end if the behaviour under test works (a failure, not a hang).
@@ -1574,7 +1574,7 @@ fn monitor_of_a_dead_pid_reports_noproc_at_once() {
         let m = smarm::monitor(dead);
         // Already queued: no waiting.
         let s = smarm::recv_signal_timeout(Duration::ZERO);
-        assert_eq!(s, Ok(Signal::Down(Down { monitor: m, pid: dead, reason: DownReason::NoProc })));
+        assert_eq!(s, Ok(Signal::Down(Down { monitor: m, pid: dead, reason: DownReason::NoProc, name: None })));
     });
 }
 
@@ -1811,7 +1811,7 @@ fn messages_to_a_dead_actor_never_reach_the_new_occupant_of_its_slot() {
         assert_eq!(slot_index(new.pid()), slot_index(old.pid()), "the slot was not reused");
         assert_ne!(new.pid(), old.pid());
         old.send("stale");
-        assert_eq!(old.try_send("stale again"), Err("stale again"));
+        assert_eq!(old.try_send("stale again"), Err(SendError("stale again")));
         assert!(!old.is_alive());
         new.send("probe");
         assert_eq!(rx.recv_timeout(GUARD), Ok(Ok(Envelope::Msg("probe"))));
@@ -1835,7 +1835,7 @@ fn signals_to_a_stale_pid_never_reach_the_new_occupant_of_its_slot() {
         let m = smarm::monitor(stale);
         assert_eq!(
             smarm::recv_signal_timeout(Duration::ZERO),
-            Ok(Signal::Down(Down { monitor: m, pid: stale, reason: DownReason::NoProc }))
+            Ok(Signal::Down(Down { monitor: m, pid: stale, reason: DownReason::NoProc, name: None }))
         );
 
         // The new occupant is unaffected: it receives the probe and ends normally.
@@ -1871,7 +1871,7 @@ fn sending_to_a_dead_actor_is_silently_dropped() {
         smarm::monitor(addr.pid());
         next_down();
         addr.send(1); // no panic, no error
-        assert_eq!(addr.try_send(2), Err(2));
+        assert_eq!(addr.try_send(2), Err(SendError(2)));
     });
 }
 
@@ -1890,7 +1890,10 @@ fn sending_to_an_unknown_registered_name_is_an_error() {
             go_rx.recv().unwrap();
         });
         ready_rx.recv().unwrap();
-        assert_eq!(smarm::send_named::<String>("short-lived", "x".into()), Err(LookupError::WrongType));
+        assert_eq!(
+            smarm::send_named::<String>("short-lived", "x".into()),
+            Err(LookupError::WrongType { expected: std::any::type_name::<String>() })
+        );
         smarm::monitor(addr.pid());
         go_tx.send(()).unwrap();
         next_down();

@@ -453,3 +453,84 @@ fn select_is_fair_for_each_of_two_actors_selecting_in_lock_step() {
         assert!(wins.iter().all(|&w| w >= 200), "an always-ready arm starved in one actor: wins {wins:?}");
     }
 }
+
+#[test]
+fn select_recv_signal_arm_takes_a_down_of_a_plain_actor() {
+    let _g = shared();
+    let got = rt(2)
+        .run(|| {
+            let (_keep, rx) = channel::<u32>();
+            let watcher = smarm::spawn(move || {
+                let m = smarm::monitor(smarm::spawn(|| ()).pid());
+                let got = smarm::select! {
+                    recv(rx) -> v => Err(v),
+                    recv_signal() -> s => Ok(s),
+                    timeout(GUARD) => Err(Err(RecvError)),
+                };
+                (m, got)
+            });
+            watcher.join().unwrap()
+        })
+        .unwrap();
+    match got {
+        (m, Ok(smarm::Signal::Down(d))) => {
+            assert_eq!(d.monitor, m);
+            assert_eq!(d.reason, smarm::DownReason::Normal);
+        }
+        other => panic!("expected the Down through the recv_signal arm, got {other:?}"),
+    }
+}
+
+#[test]
+fn select_recv_signal_arm_is_woken_by_a_signal_while_parked() {
+    let _g = shared();
+    let got = rt(2)
+        .run(|| {
+            let (_keep, rx) = channel::<u32>();
+            let (go_tx, go_rx) = oneshot::<()>();
+            let target = smarm::spawn(move || go_rx.recv().unwrap());
+            let t = target.pid();
+            let watcher = smarm::spawn(move || {
+                smarm::monitor(t);
+                smarm::select! {
+                    recv(rx) -> _v => None,
+                    recv_signal() -> s => Some(s),
+                }
+            });
+            smarm::yield_now(); // let the watcher park in the select
+            go_tx.send(()).unwrap();
+            woken(|| watcher.join().unwrap())
+        })
+        .unwrap();
+    assert!(matches!(got, Some(smarm::Signal::Down(ref d)) if d.reason == smarm::DownReason::Normal), "{got:?}");
+}
+
+#[test]
+fn select_mailbox_arm_takes_the_next_envelope_and_wakes_on_a_send() {
+    let _g = shared();
+    let got = rt(2)
+        .run(|| {
+            let (_keep, rx) = channel::<&str>();
+            let (res_tx, res_rx) = oneshot();
+            let (parked_tx, parked_rx) = oneshot::<()>();
+            let a = smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| {
+                parked_tx.send(()).unwrap();
+                let first = smarm::select! {
+                    recv(mb) -> e => e.into_msg(),
+                    recv(rx) -> _s => None,
+                };
+                let second = smarm::select! {
+                    recv(rx) -> _s => None,
+                    recv(mb) -> e => e.into_msg(),
+                    timeout(Duration::ZERO) => Some(0),
+                };
+                res_tx.send((first, second)).unwrap();
+            });
+            parked_rx.recv().unwrap();
+            smarm::yield_now();
+            a.send(5);
+            woken(|| res_rx.recv()).unwrap()
+        })
+        .unwrap();
+    assert_eq!(got, (Some(5), Some(0)));
+}

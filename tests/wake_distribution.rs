@@ -83,7 +83,7 @@ fn recv_polled<T: Send>(rx: &Receiver<T>, what: &str) -> Result<T, String> {
         match rx.try_recv() {
             Ok(v) => return Ok(v),
             Err(TryRecvError::Empty) => std::thread::yield_now(),
-            Err(TryRecvError::Disconnected) => return Err(format!("{what}: every sender is gone")),
+            Err(_) => return Err(format!("{what}: every sender is gone")),
         }
     }
     Err(format!("{what}: nothing arrived in {POLL_LIMIT} polls"))
@@ -404,15 +404,15 @@ fn reply_or_lost(rx: &Receiver<Pinned>, diag: &Diagnostics) -> Result<Option<Pin
     for _ in 0..POLL_LIMIT {
         match rx.try_recv() {
             Ok(v) => return Ok(Some(v)),
-            Err(TryRecvError::Disconnected) => return Err("the pinned actor is gone".to_string()),
             Err(TryRecvError::Empty) => {}
+            Err(_) => return Err("the pinned actor is gone".to_string()),
         }
         if diag.sleepers() == diag.threads() {
             fence(Ordering::SeqCst);
             return match rx.try_recv() {
                 Ok(v) => Ok(Some(v)),
                 Err(TryRecvError::Empty) => Ok(None),
-                Err(TryRecvError::Disconnected) => Err("the pinned actor is gone".to_string()),
+                Err(_) => Err("the pinned actor is gone".to_string()),
             };
         }
         std::thread::yield_now();

@@ -1,6 +1,27 @@
 //! Channels: unbounded and bounded MPSC ([`channel`], [`bounded`]), [`oneshot`](fn@oneshot), [`watch`](fn@watch),
 //! and [`select!`](crate::select).
 //!
+//! ```
+//! use smarm::channel::{bounded, oneshot};
+//! smarm::run(|| {
+//!     // A pipeline: a producer, a bounded queue (back-pressure), a consumer that reports
+//!     // its total through a oneshot.
+//!     let (tx, rx) = bounded::<u64>(8);
+//!     let (done_tx, done_rx) = oneshot();
+//!     smarm::spawn(move || done_tx.send(rx.iter().sum::<u64>()).unwrap());
+//!     for i in 1..=100 {
+//!         tx.send(i).unwrap(); // parks while 8 are queued
+//!     }
+//!     drop(tx); // closes the channel: the consumer's iterator ends
+//!     assert_eq!(done_rx.recv(), Ok(5050));
+//! });
+//! ```
+//!
+//! The error types follow std's `mpsc` and crossbeam's: [`SendError`] and [`TrySendError`]
+//! hand the value back, [`RecvError`], [`TryRecvError`] and [`RecvTimeoutError`] say why
+//! nothing was received; the enums are `#[non_exhaustive]`. A oneshot's `send` hands the
+//! value back as is, as tokio's oneshot does.
+//!
 //! Every blocking operation parks the calling actor (never its scheduler thread) and also
 //! works from a plain OS thread, which it blocks. Wakes go through the runtime: when the
 //! waker is an actor on a scheduler thread of the receiver's runtime, the woken receiver
@@ -49,6 +70,12 @@ const UNBOUNDED_FIRST_BLOCK: usize = 16;
 const BOUNDED_PRESIZED: usize = 1024;
 
 /// The receiver is gone; the value is handed back.
+///
+/// ```
+/// let (tx, rx) = smarm::channel::channel();
+/// drop(rx);
+/// assert_eq!(tx.send(5), Err(smarm::channel::SendError(5)));
+/// ```
 #[derive(PartialEq, Eq, Clone, Copy)]
 pub struct SendError<T>(pub T);
 
@@ -65,7 +92,26 @@ impl<T> fmt::Display for SendError<T> {
 impl<T> std::error::Error for SendError<T> {}
 
 /// Why `try_send` did not send; the value is handed back.
+///
+/// ```
+/// use smarm::channel::TrySendError;
+/// let (tx, rx) = smarm::channel::bounded(1);
+/// tx.try_send(1).unwrap();
+/// assert_eq!(tx.try_send(2), Err(TrySendError::Full(2)));
+/// drop(rx);
+/// assert_eq!(tx.try_send(3), Err(TrySendError::Disconnected(3)));
+/// ```
+///
+/// `#[non_exhaustive]` (variants are added, e.g. for the cluster): a `match` needs a `_` arm.
+///
+/// ```compile_fail,E0004
+/// fn f(e: smarm::channel::TrySendError<u32>) {
+///     use smarm::channel::TrySendError::*;
+///     match e { Full(_) | Disconnected(_) => {} }
+/// }
+/// ```
 #[derive(PartialEq, Eq, Clone, Copy)]
+#[non_exhaustive]
 pub enum TrySendError<T> {
     /// A bounded channel is at capacity.
     Full(T),
@@ -75,6 +121,12 @@ pub enum TrySendError<T> {
 
 impl<T> TrySendError<T> {
     /// The value that was not sent.
+    ///
+    /// ```
+    /// let (tx, _rx) = smarm::channel::bounded(1);
+    /// tx.try_send("a").unwrap();
+    /// assert_eq!(tx.try_send("b").unwrap_err().into_inner(), "b");
+    /// ```
     pub fn into_inner(self) -> T {
         match self {
             TrySendError::Full(v) | TrySendError::Disconnected(v) => v,
@@ -100,6 +152,12 @@ impl<T> fmt::Display for TrySendError<T> {
 impl<T> std::error::Error for TrySendError<T> {}
 
 /// Every sender is gone and nothing is queued.
+///
+/// ```
+/// let (tx, rx) = smarm::channel::channel::<u32>();
+/// drop(tx);
+/// assert_eq!(rx.recv(), Err(smarm::channel::RecvError));
+/// ```
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub struct RecvError;
 
@@ -111,7 +169,25 @@ impl fmt::Display for RecvError {
 impl std::error::Error for RecvError {}
 
 /// Why `try_recv` returned nothing.
+///
+/// ```
+/// use smarm::channel::TryRecvError;
+/// let (tx, rx) = smarm::channel::channel::<u32>();
+/// assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+/// drop(tx);
+/// assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+/// ```
+///
+/// `#[non_exhaustive]` (variants are added, e.g. for the cluster): a `match` needs a `_` arm.
+///
+/// ```compile_fail,E0004
+/// fn f(e: smarm::channel::TryRecvError) {
+///     use smarm::channel::TryRecvError::*;
+///     match e { Empty | Disconnected => {} }
+/// }
+/// ```
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
+#[non_exhaustive]
 pub enum TryRecvError {
     /// Nothing queued right now.
     Empty,
@@ -130,7 +206,26 @@ impl fmt::Display for TryRecvError {
 impl std::error::Error for TryRecvError {}
 
 /// Why `recv_timeout`/`recv_deadline` returned nothing.
+///
+/// ```
+/// use std::time::Duration;
+/// use smarm::channel::RecvTimeoutError;
+/// let (tx, rx) = smarm::channel::channel::<u32>();
+/// assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Err(RecvTimeoutError::Timeout));
+/// drop(tx);
+/// assert_eq!(rx.recv_timeout(Duration::from_millis(1)), Err(RecvTimeoutError::Disconnected));
+/// ```
+///
+/// `#[non_exhaustive]` (variants are added, e.g. for the cluster): a `match` needs a `_` arm.
+///
+/// ```compile_fail,E0004
+/// fn f(e: smarm::channel::RecvTimeoutError) {
+///     use smarm::channel::RecvTimeoutError::*;
+///     match e { Timeout | Disconnected => {} }
+/// }
+/// ```
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
+#[non_exhaustive]
 pub enum RecvTimeoutError {
     /// The deadline passed with nothing queued.
     Timeout,
@@ -230,6 +325,20 @@ pub fn bounded<T: Send>(cap: usize) -> (Sender<T>, Receiver<T>) {
 }
 
 /// The sending half of a [`channel`] or [`bounded`] channel. Cloneable.
+///
+/// ```
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::channel();
+///     for i in 0..3 {
+///         let tx = tx.clone();
+///         smarm::spawn(move || tx.send(i).unwrap());
+///     }
+///     drop(tx);
+///     let mut got: Vec<i32> = rx.iter().collect(); // ends when every sender is gone
+///     got.sort();
+///     assert_eq!(got, [0, 1, 2]);
+/// });
+/// ```
 pub struct Sender<T> {
     chan: Arc<Chan<T>>,
 }
@@ -270,6 +379,19 @@ impl<T> Sender<T> {
     /// receiver is gone. A send that does not park counts toward the sender's timeslice: a
     /// loop of sends is preempted like a CPU-bound loop calling
     /// [`maybe_preempt`](crate::maybe_preempt).
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::bounded(1);
+    ///     let producer = smarm::spawn(move || {
+    ///         for i in 0..3 {
+    ///             tx.send(i).unwrap(); // parks while the channel is full
+    ///         }
+    ///     });
+    ///     assert_eq!(rx.iter().collect::<Vec<_>>(), [0, 1, 2]);
+    ///     producer.join().unwrap();
+    /// });
+    /// ```
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
         let mut value = value;
         loop {
@@ -300,6 +422,13 @@ impl<T> Sender<T> {
     /// Sends without blocking; a full bounded channel or a gone receiver hands the value back.
     /// Unlike [`send`](Self::send) it does not count toward the timeslice: a loop of
     /// `try_send`s that never blocks should call [`maybe_preempt`](crate::maybe_preempt).
+    ///
+    /// ```
+    /// let (tx, rx) = smarm::channel::bounded(1);
+    /// assert!(tx.try_send(1).is_ok());
+    /// assert!(tx.try_send(2).is_err()); // full: handed back
+    /// assert_eq!(rx.try_recv(), Ok(1));
+    /// ```
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
         let mut s = self.chan.state.lock();
         if !s.receiver_alive {
@@ -324,6 +453,13 @@ impl<T> Sender<T> {
     }
 
     /// True if the receiver has been dropped.
+    ///
+    /// ```
+    /// let (tx, rx) = smarm::channel::channel::<u32>();
+    /// assert!(!tx.is_closed());
+    /// drop(rx);
+    /// assert!(tx.is_closed());
+    /// ```
     pub fn is_closed(&self) -> bool {
         !self.chan.state.lock().receiver_alive
     }
@@ -372,11 +508,27 @@ impl<T> fmt::Debug for Receiver<T> {
 impl<T> Receiver<T> {
     /// Takes the next message, parking until one arrives. After every sender is gone it
     /// drains what is queued, then returns [`RecvError`].
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::channel();
+    ///     smarm::spawn(move || tx.send("hello").unwrap());
+    ///     assert_eq!(rx.recv(), Ok("hello"));
+    ///     assert!(rx.recv().is_err()); // the sender is gone
+    /// });
+    /// ```
     pub fn recv(&self) -> Result<T, RecvError> {
         self.recv_deadline_opt(None).map_err(|_| RecvError)
     }
 
     /// Takes the next message without blocking.
+    ///
+    /// ```
+    /// let (tx, rx) = smarm::channel::channel();
+    /// assert!(rx.try_recv().is_err());
+    /// tx.send(1).unwrap();
+    /// assert_eq!(rx.try_recv(), Ok(1));
+    /// ```
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         let mut s = self.chan.state.lock();
         match Self::pop(&mut s) {
@@ -388,21 +540,53 @@ impl<T> Receiver<T> {
 
     /// Like [`recv`](Self::recv), giving up after `timeout`. A zero timeout polls without
     /// parking.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::channel();
+    ///     smarm::spawn(move || tx.send(1).unwrap());
+    ///     assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(1));
+    /// });
+    /// ```
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         self.recv_deadline_opt(Some(crate::timer::deadline_after(Instant::now(), timeout)))
     }
 
     /// Like [`recv`](Self::recv), giving up at `deadline`.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (_tx, rx) = smarm::channel::channel::<u32>();
+    /// let deadline = Instant::now() + Duration::from_millis(1);
+    /// assert_eq!(rx.recv_deadline(deadline), Err(smarm::channel::RecvTimeoutError::Timeout));
+    /// ```
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
         self.recv_deadline_opt(Some(deadline))
     }
 
     /// A blocking iterator over messages; ends when every sender is gone and the queue is empty.
+    ///
+    /// ```
+    /// let (tx, rx) = smarm::channel::channel();
+    /// tx.send(1).unwrap();
+    /// tx.send(2).unwrap();
+    /// drop(tx);
+    /// assert_eq!(rx.iter().collect::<Vec<_>>(), [1, 2]);
+    /// ```
     pub fn iter(&self) -> Iter<'_, T> {
         Iter { rx: self }
     }
 
     /// A non-blocking iterator over the messages queued now.
+    ///
+    /// ```
+    /// let (tx, rx) = smarm::channel::channel();
+    /// tx.send(1).unwrap();
+    /// tx.send(2).unwrap();
+    /// assert_eq!(rx.try_iter().collect::<Vec<_>>(), [1, 2]); // does not wait for more
+    /// tx.send(3).unwrap();
+    /// ```
     pub fn try_iter(&self) -> TryIter<'_, T> {
         TryIter { rx: self }
     }
@@ -502,6 +686,15 @@ impl<T> SelectRecv for Receiver<T> {
 }
 
 /// Blocking iterator returned by [`Receiver::iter`].
+///
+/// ```
+/// let (tx, rx) = smarm::channel::channel();
+/// tx.send('a').unwrap();
+/// drop(tx);
+/// for c in &rx {
+///     assert_eq!(c, 'a');
+/// }
+/// ```
 pub struct Iter<'a, T> {
     rx: &'a Receiver<T>,
 }
@@ -514,6 +707,11 @@ impl<T> Iterator for Iter<'_, T> {
 }
 
 /// Non-blocking iterator returned by [`Receiver::try_iter`].
+///
+/// ```
+/// let (_tx, rx) = smarm::channel::channel::<u32>();
+/// assert_eq!(rx.try_iter().next(), None);
+/// ```
 pub struct TryIter<'a, T> {
     rx: &'a Receiver<T>,
 }
@@ -534,6 +732,13 @@ impl<'a, T> IntoIterator for &'a Receiver<T> {
 }
 
 /// Owning blocking iterator.
+///
+/// ```
+/// let (tx, rx) = smarm::channel::channel();
+/// tx.send(1).unwrap();
+/// drop(tx);
+/// assert_eq!(rx.into_iter().sum::<i32>(), 1);
+/// ```
 pub struct IntoIter<T> {
     rx: Receiver<T>,
 }

@@ -1,5 +1,13 @@
 //! `oneshot`: one value, one sender, one receiver.
 //!
+//! ```
+//! smarm::run(|| {
+//!     let (reply_tx, reply_rx) = smarm::channel::oneshot();
+//!     smarm::spawn(move || reply_tx.send(2 + 2).unwrap());
+//!     assert_eq!(reply_rx.recv(), Ok(4));
+//! });
+//! ```
+//!
 //! # Ownership without reference counting
 //!
 //! The shared cell is a plain heap allocation, not an `Arc`: each end records, inside the
@@ -74,6 +82,15 @@ pub fn oneshot<T: Send>() -> (OneshotSender<T>, OneshotReceiver<T>) {
 }
 
 /// Sends the one value of a [`oneshot`] channel.
+///
+/// ```
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::oneshot();
+///     let worker = smarm::spawn(move || tx.send(6 * 7).unwrap());
+///     assert_eq!(rx.recv(), Ok(42));
+///     worker.join().unwrap();
+/// });
+/// ```
 pub struct OneshotSender<T> {
     inner: NonNull<Inner<T>>,
     /// `send` already finished this end.
@@ -92,6 +109,12 @@ impl<T> OneshotSender<T> {
     }
 
     /// Sends the value; returns it if the receiver is gone.
+    ///
+    /// ```
+    /// let (tx, rx) = smarm::channel::oneshot();
+    /// drop(rx);
+    /// assert_eq!(tx.send(1), Err(1)); // handed back as is, like tokio's oneshot
+    /// ```
     pub fn send(mut self, value: T) -> Result<(), T> {
         self.sent = true; // this end finishes below, in one critical section
         let mut s = self.lock();
@@ -110,6 +133,13 @@ impl<T> OneshotSender<T> {
     }
 
     /// True if the receiver has been dropped.
+    ///
+    /// ```
+    /// let (tx, rx) = smarm::channel::oneshot::<u32>();
+    /// assert!(!tx.is_closed());
+    /// drop(rx);
+    /// assert!(tx.is_closed());
+    /// ```
     pub fn is_closed(&self) -> bool {
         !self.lock().receiver_alive
     }
@@ -141,6 +171,12 @@ impl<T> fmt::Debug for OneshotSender<T> {
 }
 
 /// Receives the one value of a [`oneshot`] channel.
+///
+/// ```
+/// let (tx, rx) = smarm::channel::oneshot();
+/// tx.send("ready").unwrap();
+/// assert_eq!(rx.recv(), Ok("ready"));
+/// ```
 pub struct OneshotReceiver<T> {
     inner: NonNull<Inner<T>>,
     /// This end is finished (value taken or closure seen); the cell may be freed.
@@ -172,11 +208,25 @@ impl<T> OneshotReceiver<T> {
     }
 
     /// Waits for the value; [`RecvError`] if the sender was dropped without sending.
+    ///
+    /// ```
+    /// let (tx, rx) = smarm::channel::oneshot::<u32>();
+    /// drop(tx); // dropped without sending
+    /// assert_eq!(rx.recv(), Err(smarm::channel::RecvError));
+    /// ```
     pub fn recv(self) -> Result<T, RecvError> {
         self.wait(&mut WaitLimit::Forever).map_err(|_| RecvError)
     }
 
     /// Takes the value if it has arrived.
+    ///
+    /// ```
+    /// use smarm::channel::TryRecvError;
+    /// let (tx, mut rx) = smarm::channel::oneshot();
+    /// assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+    /// tx.send(3).unwrap();
+    /// assert_eq!(rx.try_recv(), Ok(3));
+    /// ```
     pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
         if self.done.get() {
             return Err(TryRecvError::Disconnected);
@@ -193,11 +243,29 @@ impl<T> OneshotReceiver<T> {
     }
 
     /// Waits for the value until `deadline`.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let (tx, mut rx) = smarm::channel::oneshot::<u32>();
+    /// let soon = Instant::now() + Duration::from_millis(1);
+    /// assert_eq!(rx.recv_deadline(soon), Err(smarm::channel::RecvTimeoutError::Timeout));
+    /// tx.send(1).unwrap();
+    /// assert_eq!(rx.recv_deadline(soon), Ok(1)); // still there after a timeout
+    /// ```
     pub fn recv_deadline(&mut self, deadline: Instant) -> Result<T, RecvTimeoutError> {
         self.recv_within(&mut WaitLimit::Until(deadline))
     }
 
     /// Waits at most `timeout` for the value.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// smarm::run(|| {
+    ///     let (tx, mut rx) = smarm::channel::oneshot();
+    ///     smarm::spawn(move || tx.send('x').unwrap());
+    ///     assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok('x'));
+    /// });
+    /// ```
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         self.recv_within(&mut WaitLimit::For(timeout))
     }

@@ -6,6 +6,21 @@
 //! from all, and check again. Registration and readiness are decided under each arm's own
 //! lock, so a message that arrives between the check and the park finds the waiter and
 //! wakes it (or the park returns at once through the actor's NOTIFIED bit).
+//!
+//! ```
+//! use std::time::Duration;
+//! smarm::run(|| {
+//!     let (tx, rx) = smarm::channel::channel::<u32>();
+//!     let (_stop_tx, stop_rx) = smarm::channel::oneshot::<()>();
+//!     smarm::spawn(move || tx.send(1).unwrap());
+//!     let got = smarm::select! {
+//!         recv(rx) -> v => v.ok(),
+//!         recv(stop_rx) -> _ => None,
+//!         timeout(Duration::from_secs(10)) => None,
+//!     };
+//!     assert_eq!(got, Some(1));
+//! });
+//! ```
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -102,11 +117,19 @@ impl Drop for Unregister<'_, '_> {
 
 /// Waits on several receivers, and optionally a timeout, in one blocking call.
 ///
-/// Each `recv(rx) -> pattern => body` arm binds the outcome of receiving from `rx`
-/// (`Ok(message)`, or `Err(RecvError)` once that channel is closed and drained);
-/// `timeout(duration) => body` runs if nothing was ready in time. Arms are checked from a
-/// rotating start, so one busy receiver cannot starve another. `rx` is evaluated more than
-/// once: pass a variable.
+/// Arms:
+/// - `recv(rx) -> pattern => body`: `rx` is a channel [`Receiver`](crate::channel::Receiver)
+///   (the outcome is `Ok(message)`, or `Err(RecvError)` once that channel is closed and
+///   drained), a [`OneshotReceiver`](crate::channel::OneshotReceiver), or a
+///   [`Mailbox`](crate::Mailbox) (the outcome is its next [`Envelope`](crate::Envelope):
+///   message or signal, oldest first).
+/// - `recv_signal() -> pattern => body`: the next [`Signal`](crate::Signal) of the calling
+///   plain `spawn` actor, as [`recv_signal`](crate::recv_signal) (an actor with a typed
+///   mailbox selects on the mailbox instead: the arm panics there).
+/// - `timeout(duration) => body`, last: runs if nothing was ready in time.
+///
+/// Arms are checked from a rotating start, so one busy receiver cannot starve another.
+/// `rx` is evaluated more than once: pass a variable.
 ///
 /// ```
 /// use std::time::Duration;
@@ -122,13 +145,70 @@ impl Drop for Unregister<'_, '_> {
 ///     assert_eq!(got, 7);
 /// });
 /// ```
+///
+/// A channel, a mailbox and the signals of plain actors:
+///
+/// ```
+/// use smarm::{DownReason, Mailbox, Signal};
+/// smarm::run(|| {
+///     // A plain actor waits for a value or the Down of what it monitors.
+///     let (tx, rx) = smarm::channel::channel::<u32>();
+///     let watcher = smarm::spawn(move || {
+///         smarm::monitor(smarm::spawn(|| ()).pid());
+///         smarm::select! {
+///             recv(rx) -> v => Err(v),
+///             recv_signal() -> s => Ok(s),
+///         }
+///     });
+///     match watcher.join().unwrap() {
+///         Ok(Signal::Down(d)) => assert_eq!(d.reason, DownReason::Normal),
+///         other => panic!("{other:?}"),
+///     }
+///     drop(tx);
+///
+///     // A mailbox actor waits on its mailbox and a channel.
+///     let (tx, rx) = smarm::channel::channel::<&str>();
+///     let (done_tx, done_rx) = smarm::channel::oneshot();
+///     let a = smarm::spawn_actor(move |mb: Mailbox<u32>| {
+///         let got = smarm::select! {
+///             recv(mb) -> e => e.into_msg(),
+///             recv(rx) -> _s => None,
+///         };
+///         done_tx.send(got).unwrap();
+///     });
+///     a.send(5);
+///     assert_eq!(done_rx.recv(), Ok(Some(5)));
+///     drop(tx);
+/// });
+/// ```
 #[macro_export]
 macro_rules! select {
-    ( $( recv($rx:expr) -> $res:pat => $body:expr ),+ , timeout($d:expr) => $tbody:expr $(,)? ) => {
-        $crate::__select_impl!(::core::option::Option::Some($crate::channel::__deadline_after($d)); $( ($rx, $res, $body) )+ ; $tbody)
+    ($($arms:tt)+) => {
+        $crate::__select_parse!([] $($arms)+)
     };
-    ( $( recv($rx:expr) -> $res:pat => $body:expr ),+ $(,)? ) => {
-        $crate::__select_impl!(::core::option::Option::None; $( ($rx, $res, $body) )+ ; ::core::unreachable!("select without timeout returned none"))
+}
+
+/// Normalises the arms of [`select!`] into `(receiver, pattern, body)` groups.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __select_parse {
+    ([$($arms:tt)*] recv($rx:expr) -> $res:pat => $body:expr , $($rest:tt)*) => {
+        $crate::__select_parse!([$($arms)* ($rx, $res, $body)] $($rest)*)
+    };
+    ([$($arms:tt)*] recv($rx:expr) -> $res:pat => $body:expr) => {
+        $crate::__select_parse!([$($arms)* ($rx, $res, $body)])
+    };
+    ([$($arms:tt)*] recv_signal() -> $res:pat => $body:expr , $($rest:tt)*) => {
+        $crate::__select_parse!([$($arms)* ($crate::__signal_box(), $res, $body)] $($rest)*)
+    };
+    ([$($arms:tt)*] recv_signal() -> $res:pat => $body:expr) => {
+        $crate::__select_parse!([$($arms)* ($crate::__signal_box(), $res, $body)])
+    };
+    ([$($arms:tt)+] timeout($d:expr) => $tbody:expr $(,)?) => {
+        $crate::__select_impl!(::core::option::Option::Some($crate::channel::__deadline_after($d)); $($arms)+ ; $tbody)
+    };
+    ([$($arms:tt)+]) => {
+        $crate::__select_impl!(::core::option::Option::None; $($arms)+ ; ::core::unreachable!("select without timeout returned none"))
     };
 }
 

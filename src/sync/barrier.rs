@@ -1,4 +1,9 @@
 //! [`Barrier`]: `n` participants wait until all have arrived; one of them is the leader.
+//!
+//! ```
+//! let b = smarm::sync::Barrier::new(1);
+//! assert!(b.wait().is_leader());
+//! ```
 
 use std::fmt;
 
@@ -34,11 +39,21 @@ pub struct Barrier {
 }
 
 /// Returned by [`Barrier::wait`].
+///
+/// ```
+/// let b = smarm::sync::Barrier::new(1);
+/// assert!(b.wait().is_leader()); // the only participant is the last to arrive
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BarrierWaitResult(bool);
 
 impl BarrierWaitResult {
     /// True for exactly one participant per generation (the last to arrive).
+    ///
+    /// ```
+    /// let b = smarm::sync::Barrier::new(1);
+    /// assert!(b.wait().is_leader());
+    /// ```
     pub fn is_leader(&self) -> bool {
         self.0
     }
@@ -47,6 +62,11 @@ impl BarrierWaitResult {
 impl Barrier {
     /// A barrier for `n` participants (`n == 0` behaves like 1: `wait` returns at once). Any
     /// `n` is accepted: the list of waiting participants grows as they arrive.
+    ///
+    /// ```
+    /// let b = smarm::sync::Barrier::new(0); // behaves like 1
+    /// assert!(b.wait().is_leader());
+    /// ```
     pub fn new(n: usize) -> Barrier {
         let presized = n.saturating_sub(1).min(PRESIZED_WAITERS);
         Barrier {
@@ -59,6 +79,18 @@ impl Barrier {
     }
 
     /// Arrives and waits for the others (parks an actor, blocks a thread).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// smarm::run(|| {
+    ///     let b = Arc::new(smarm::sync::Barrier::new(2));
+    ///     let b2 = b.clone();
+    ///     let other = smarm::spawn(move || b2.wait().is_leader());
+    ///     let me = b.wait().is_leader();
+    ///     assert!(me ^ other.join().unwrap()); // exactly one leader
+    ///     // Reusable: the next generation starts at once.
+    /// });
+    /// ```
     pub fn wait(&self) -> BarrierWaitResult {
         let mut s = self.state.lock();
         s.arrived += 1;

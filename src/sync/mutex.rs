@@ -1,6 +1,12 @@
 //! An actor-aware [`Mutex`]: contended `lock` parks the actor (or blocks a plain thread),
 //! never the scheduler thread.
 //!
+//! ```
+//! let m = smarm::sync::Mutex::new(0);
+//! *m.lock() += 1;
+//! assert_eq!(m.into_inner(), 1);
+//! ```
+//!
 //! # State
 //!
 //! `state` bits: `LOCKED` (someone owns the value), `WAITERS` (the wait list may be
@@ -61,6 +67,12 @@ unsafe impl<T: ?Sized + Send> Sync for Mutex<T> {}
 
 impl<T> Mutex<T> {
     /// A new unlocked mutex.
+    ///
+    /// ```
+    /// let m = smarm::sync::Mutex::new(0);
+    /// *m.lock() += 1;
+    /// assert_eq!(*m.lock(), 1);
+    /// ```
     pub fn new(value: T) -> Self {
         Mutex {
             state: AtomicU8::new(0),
@@ -70,6 +82,12 @@ impl<T> Mutex<T> {
     }
 
     /// Consumes the mutex, returning the value.
+    ///
+    /// ```
+    /// let m = smarm::sync::Mutex::new(vec![1]);
+    /// m.lock().push(2);
+    /// assert_eq!(m.into_inner(), [1, 2]);
+    /// ```
     pub fn into_inner(self) -> T {
         self.value.into_inner()
     }
@@ -77,6 +95,27 @@ impl<T> Mutex<T> {
 
 impl<T: ?Sized> Mutex<T> {
     /// Locks, parking the caller while another holds the lock.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// smarm::run(|| {
+    ///     let total = Arc::new(smarm::sync::Mutex::new(0u32));
+    ///     let hs: Vec<_> = (0..4)
+    ///         .map(|_| {
+    ///             let total = total.clone();
+    ///             smarm::spawn(move || {
+    ///                 for _ in 0..100 {
+    ///                     let mut t = total.lock();
+    ///                     *t += 1;
+    ///                     smarm::yield_now(); // held across a switch: others park, in turn
+    ///                 }
+    ///             })
+    ///         })
+    ///         .collect();
+    ///     hs.into_iter().for_each(|h| h.join().unwrap());
+    ///     assert_eq!(*total.lock(), 400);
+    /// });
+    /// ```
     #[inline]
     pub fn lock(&self) -> MutexGuard<'_, T> {
         // Acquire: pairs with the Release in `unlock`.
@@ -87,6 +126,14 @@ impl<T: ?Sized> Mutex<T> {
     }
 
     /// Locks if free, without blocking.
+    ///
+    /// ```
+    /// let m = smarm::sync::Mutex::new(());
+    /// let held = m.lock();
+    /// assert!(m.try_lock().is_none());
+    /// drop(held);
+    /// assert!(m.try_lock().is_some());
+    /// ```
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         // Acquire: pairs with the Release in `unlock`, as in `lock`.
         self.state
@@ -96,6 +143,12 @@ impl<T: ?Sized> Mutex<T> {
     }
 
     /// Mutable access without locking (the borrow proves exclusivity).
+    ///
+    /// ```
+    /// let mut m = smarm::sync::Mutex::new(1);
+    /// *m.get_mut() = 2;
+    /// assert_eq!(*m.lock(), 2);
+    /// ```
     pub fn get_mut(&mut self) -> &mut T {
         self.value.get_mut()
     }
@@ -203,6 +256,15 @@ impl<T: Default> Default for Mutex<T> {
 }
 
 /// Holds a [`Mutex`] locked; unlocks on drop.
+///
+/// ```
+/// let m = smarm::sync::Mutex::new(String::new());
+/// {
+///     let mut g = m.lock();
+///     g.push_str("hi");
+/// } // unlocked here
+/// assert_eq!(*m.lock(), "hi");
+/// ```
 pub struct MutexGuard<'a, T: ?Sized> {
     mutex: &'a Mutex<T>,
 }
