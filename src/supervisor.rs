@@ -148,7 +148,7 @@ use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, Cancelled, DownReason, Exit, MonitorRef, RegisterError};
 use crate::runtime::WaitLimit;
 use crate::slot_state::Pid;
-use crate::task::LookupError;
+use crate::error::LookupError;
 
 /// When a child is restarted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
