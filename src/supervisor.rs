@@ -143,12 +143,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::channel::{oneshot, OneshotSender};
+use crate::error::LookupError;
 use crate::error::SpawnError;
 use crate::mailbox::{Addr, Envelope, Mailbox};
 use crate::process::{reason_from_payload, Cancelled, DownReason, Exit, MonitorRef, RegisterError};
 use crate::runtime::WaitLimit;
 use crate::slot_state::Pid;
-use crate::error::LookupError;
 
 /// When a child is restarted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
