@@ -6,6 +6,25 @@ use std::io;
 use crate::exit::DownReason;
 
 /// A [`Builder`](crate::Builder) setting that cannot work.
+///
+/// ```
+/// let e = smarm::Runtime::builder().threads(0).build().unwrap_err();
+/// assert!(matches!(e, smarm::BuildError::ZeroThreads));
+/// assert!(e.to_string().contains("thread"));
+/// ```
+///
+/// `#[non_exhaustive]`: settings may be added, so a match needs a wildcard arm.
+///
+/// ```compile_fail,E0004
+/// fn describe(e: smarm::BuildError) -> &'static str {
+///     use smarm::BuildError::*;
+///     match e {
+///         ZeroThreads | TooManyThreads { .. } | ZeroMaxActors | TooManyActors { .. } => "counts",
+///         StackTooSmall { .. } | StackTooLarge { .. } => "stack",
+///         ZeroLifoRunLimit | ZeroTimeslice | ZeroBlockingThreads => "scheduling",
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum BuildError {
@@ -75,7 +94,26 @@ impl fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {}
 
-/// Why [`try_spawn`](crate::try_spawn) could not create an actor.
+/// Why [`try_spawn`](crate::try_spawn) (or any other `try_` spawn) could not create an
+/// actor.
+///
+/// ```
+/// // Outside a runtime there is nothing to spawn on.
+/// let e = smarm::try_spawn(|| ()).unwrap_err();
+/// assert!(matches!(e, smarm::SpawnError::NoRuntime));
+/// ```
+///
+/// `#[non_exhaustive]`: a match needs a wildcard arm.
+///
+/// ```compile_fail,E0004
+/// fn retry(e: &smarm::SpawnError) -> bool {
+///     use smarm::SpawnError::*;
+///     match e {
+///         Full { .. } | Stack(_) => true,
+///         ShuttingDown | NoRuntime => false,
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum SpawnError {
@@ -116,6 +154,24 @@ impl std::error::Error for SpawnError {
 }
 
 /// Why [`Runtime::run`](crate::Runtime::run) did not return the root's value.
+///
+/// ```
+/// let rt = smarm::Runtime::builder().quiet_panics(true).build().unwrap();
+/// let e = rt.run(|| -> u32 { panic!("boom") }).unwrap_err();
+/// assert!(matches!(e, smarm::RunError::Root(smarm::DownReason::Panic(ref m)) if m == "boom"));
+/// ```
+///
+/// `#[non_exhaustive]`: a match needs a wildcard arm.
+///
+/// ```compile_fail,E0004
+/// fn code(e: smarm::RunError) -> i32 {
+///     match e {
+///         smarm::RunError::Root(_) => 1,
+///         smarm::RunError::Spawn(_) => 2,
+///         smarm::RunError::Nested => 3,
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RunError {
@@ -137,4 +193,11 @@ impl fmt::Display for RunError {
     }
 }
 
-impl std::error::Error for RunError {}
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Spawn(e) => Some(e),
+            _ => None,
+        }
+    }
+}

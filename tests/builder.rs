@@ -342,3 +342,22 @@ fn largest_slab_is_allocated_lazily() {
         grew >> 20
     );
 }
+
+/// Every public error is a `std::error::Error` that can cross threads and be boxed.
+fn assert_std_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> Box<dyn std::error::Error + Send + Sync> {
+    Box::new(e)
+}
+
+#[test]
+fn runtime_errors_are_std_errors_with_sources() {
+    use std::error::Error as _;
+    let build = assert_std_error(Runtime::builder().threads(0).build().unwrap_err());
+    assert!(build.source().is_none());
+    // A failed root spawn keeps the spawn error as its source.
+    let run = assert_std_error(RunError::Spawn(SpawnError::Full { max_actors: 1 }));
+    let source = run.source().expect("RunError::Spawn has a source");
+    assert_eq!(source.to_string(), SpawnError::Full { max_actors: 1 }.to_string());
+    let stack = assert_std_error(SpawnError::Stack(std::io::Error::other("no maps")));
+    assert_eq!(stack.source().expect("SpawnError::Stack has a source").to_string(), "no maps");
+    assert!(assert_std_error(RunError::Nested).source().is_none());
+}
