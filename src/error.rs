@@ -4,6 +4,7 @@ use std::fmt;
 use std::io;
 
 use crate::exit::DownReason;
+use crate::slot_state::Pid;
 
 /// A [`Builder`](crate::Builder) setting that cannot work.
 ///
@@ -129,6 +130,25 @@ pub enum SpawnError {
     /// Mapping the actor's stack failed (out of memory or out of memory maps; the message
     /// names `vm.max_map_count`).
     Stack(io::Error),
+    /// [`SpawnOptions::stack_size`](crate::SpawnOptions::stack_size) outside
+    /// [`MIN_STACK_SIZE`](crate::MIN_STACK_SIZE)..=[`MAX_STACK_SIZE`](crate::MAX_STACK_SIZE).
+    InvalidStackSize {
+        /// The value passed to the options.
+        requested: usize,
+        /// The smallest accepted value.
+        minimum: usize,
+        /// The largest accepted value.
+        maximum: usize,
+    },
+    /// [`SpawnOptions::name`](crate::SpawnOptions::name) names a live actor already (OTP's
+    /// `{error, {already_started, Pid}}`); nothing ran.
+    NameTaken {
+        /// The actor registered under the name.
+        holder: Pid,
+    },
+    /// A [`Handle`](crate::Handle)'s runtime is not running: [`Runtime::run`](crate::Runtime::run)
+    /// has not started it yet, or it has ended.
+    NotRunning,
 }
 
 impl fmt::Display for SpawnError {
@@ -140,6 +160,11 @@ impl fmt::Display for SpawnError {
             SpawnError::ShuttingDown => f.write_str("smarm: the runtime is shutting down"),
             SpawnError::NoRuntime => f.write_str("smarm: spawn called outside a smarm runtime (not from an actor)"),
             SpawnError::Stack(e) => write!(f, "{e}"),
+            SpawnError::InvalidStackSize { requested, minimum, maximum } => {
+                write!(f, "smarm: stack_size {requested} bytes is outside the accepted {minimum}..={maximum} bytes")
+            }
+            SpawnError::NameTaken { holder } => write!(f, "smarm: the name is already registered by {holder}"),
+            SpawnError::NotRunning => f.write_str("smarm: the handle's runtime is not running (not started, or ended)"),
         }
     }
 }

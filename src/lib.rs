@@ -173,6 +173,10 @@ mod api {
         spawn_pinned, try_current_pid, try_spawn, try_spawn_actor, try_spawn_pinned, whereis_addr, yield_now,
         LookupError,
     };
+    pub use crate::task::{
+        spawn_actor_link, spawn_actor_monitor, try_spawn_actor_link, try_spawn_actor_monitor, try_spawn_link,
+        try_spawn_monitor, SpawnOptions,
+    };
     pub use crate::timer::{cancel as cancel_timer, send_after, send_after_addr, TimerRef};
 
     /// Internals exposed for benchmarks and tests; not a stable API.

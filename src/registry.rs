@@ -9,6 +9,7 @@ use std::fmt;
 
 use crate::process::{alive_locked, me, proc_lock, world};
 use crate::raw_mutex::{Rank, RawMutex};
+use crate::runtime::Shared;
 use crate::slot_state::Pid;
 
 /// Why [`register`] failed.
@@ -59,7 +60,11 @@ impl Registry {
 /// actor ends, before its monitors and links are told.
 pub fn register(name: impl Into<String>, pid: Pid) -> Result<(), RegisterError> {
     let (sh, _) = me("register");
-    let name = name.into();
+    register_in(sh, name.into(), pid)
+}
+
+/// [`register`] in the runtime `sh`, from any thread (`SpawnOptions::name`).
+pub(crate) fn register_in(sh: &Shared, name: String, pid: Pid) -> Result<(), RegisterError> {
     let lock = proc_lock(sh, pid).ok_or(RegisterError::NoProc)?;
     let mut slot = lock.lock();
     if !alive_locked(sh, &slot, pid) {

@@ -319,6 +319,17 @@ impl Runtime {
     }
 }
 
+/// Per-spawn settings of [`Shared::spawn_custom`]: the runtime's defaults on every spawn
+/// path but `SpawnOptions`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpawnSettings {
+    /// Runs only on the thread of its first run (`spawn_pinned`).
+    pub(crate) thread_bound: bool,
+    /// A stack of this many usable bytes instead of one of the runtime's pool (checked by
+    /// the caller against [`MIN_STACK_SIZE`] and [`MAX_STACK_SIZE`]).
+    pub(crate) stack_size: Option<usize>,
+}
+
 /// What the layers above the scheduler plug into it: the only way the scheduler reaches the
 /// process layer, so its dependencies point down. One static table per build (the process
 /// layer's `process::HOOKS`), passed to [`Runtime::run_hooked`].
@@ -394,6 +405,9 @@ pub(crate) struct Shared {
     /// The root actor.
     root_pid: std::sync::OnceLock<Pid>,
     pub(crate) stacks: StackPool,
+    /// Length (guard included) of the pool's stacks: a stack of another length was mapped
+    /// for one actor and is unmapped when it ends.
+    pub(crate) pooled_stack_len: usize,
     /// Live actors, the shutdown flag, and whether the runtime has finished.
     pub(crate) lifecycle: Lifecycle,
     /// The reactor, made by the first socket that has to wait (`Shared::reactor`).
@@ -419,6 +433,7 @@ impl Shared {
             graveyard: Default::default(),
             root_pid: std::sync::OnceLock::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),
+            pooled_stack_len: crate::stack::Stack::mapped_len(config.stack_size),
             lifecycle: Lifecycle::new(),
             reactor: std::sync::OnceLock::new(),
             reactor_init: Mutex::new(()),
@@ -514,6 +529,28 @@ impl Shared {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        self.spawn_custom(is_root, SpawnSettings { thread_bound, stack_size: None }, make, |_, _| Ok(()))
+    }
+
+    /// The one spawn path. `settings` are constants on every path but `SpawnOptions`, so
+    /// what they select folds away where they are the defaults. `make` builds the closure
+    /// before the actor is published; `after_publish` runs once it is published (live to
+    /// lookups, e.g. under a registered name) but before it is queued, so it cannot run yet:
+    /// if that fails, the actor is stopped before it starts (its closure is dropped, it ends
+    /// with `Shutdown`; whatever `after_publish` set up before failing must not notify
+    /// anyone) and the error is returned.
+    #[inline(always)]
+    pub(crate) fn spawn_custom<F, T>(
+        &self,
+        is_root: bool,
+        settings: SpawnSettings,
+        make: impl FnOnce(&Shared, Pid) -> F,
+        after_publish: impl FnOnce(&Shared, Pid) -> Result<(), SpawnError>,
+    ) -> Result<JoinHandle<T>, SpawnError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
         // An early refusal is only an optimisation; step 3 of the shutdown protocol (below)
         // is what makes the race safe.
         if self.lifecycle.is_shutting_down() {
@@ -521,11 +558,25 @@ impl Shared {
         }
         let (index, gen) = self.slab.alloc().ok_or(SpawnError::Full { max_actors: self.slab.len() })?;
         // The stack is bound at the actor's first run (the pool's most recently used one,
-        // still in cache); here we only reserve one, so a failing mmap is a spawn error.
-        if let Err(e) = self.stacks.reserve() {
-            self.slab.unalloc(index);
-            return Err(SpawnError::Stack(e));
-        }
+        // still in cache); here we only reserve one, so a failing mmap is a spawn error. A
+        // stack of another size is mapped here and bound at the first run (see
+        // `ActorCell::sp`).
+        let (own_base, own_len) = match settings.stack_size {
+            None => {
+                if let Err(e) = self.stacks.reserve() {
+                    self.slab.unalloc(index);
+                    return Err(SpawnError::Stack(e));
+                }
+                (0, 0)
+            }
+            Some(bytes) => match crate::stack::Stack::new(bytes) {
+                Ok(stack) => stack.into_raw(),
+                Err(e) => {
+                    self.slab.unalloc(index);
+                    return Err(SpawnError::Stack(e));
+                }
+            },
+        };
         let pid = self.slab.pid(index, gen);
         let (task, join) = actor::new_task(make(self, pid));
         let slot = self.slab.slot(index);
@@ -533,14 +584,14 @@ impl Shared {
         // until `publish_queued`.
         unsafe {
             *slot.cell.get() = ActorCell {
-                sp: 0,
+                sp: own_len,
                 sched_sp: 0,
-                stack_base: 0,
+                stack_base: own_base,
                 stack_len: 0,
                 task: Some(task),
                 intent: actor::Intent::Running,
                 is_root,
-                thread_bound,
+                thread_bound: settings.thread_bound,
                 no_preempt: 0,
                 assigned_thread: usize::MAX,
                 unwinding: false,
@@ -556,13 +607,22 @@ impl Shared {
         slot.pinned.store(UNPINNED, Ordering::Relaxed);
         self.lifecycle.spawned();
         self.slab.publish_queued(index, gen);
+        let refused = after_publish(self, pid).err();
+        if refused.is_some() {
+            // Not queued yet, so it has not run: it drops its closure at its first run.
+            slot.cancel.raise(Cancel::Shutdown);
+        }
         self.push_spawned(index);
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
                          // A kill that reached the child since it was published stays a kill.
         if self.lifecycle.is_shutting_down() && slot.cancel.raise(Cancel::Shutdown).is_some() {
             self.wake(pid);
         }
-        Ok(JoinHandle::new(join, pid))
+        let handle = JoinHandle::new(join, pid);
+        match refused {
+            None => Ok(handle),
+            Some(e) => Err(e), // the handle is dropped: the stopped actor is detached
+        }
     }
 
     /// Queues a newly spawned actor: on the spawning thread's local queue when the spawner
@@ -727,6 +787,10 @@ impl Drop for Shared {
                     if cell.stack_len != 0 {
                         drop(crate::stack::Stack::from_raw(cell.stack_base, cell.stack_len));
                         cell.stack_len = 0;
+                    } else if cell.stack_base != 0 {
+                        // Never ran, with a stack mapped for it alone (see `ActorCell::sp`).
+                        drop(crate::stack::Stack::from_raw(cell.stack_base, cell.sp));
+                        cell.stack_base = 0;
                     }
                 }
             }
