@@ -911,13 +911,26 @@ pub(crate) fn pop_root_supervisor() -> Option<Pid> {
 /// supervision trees in reverse start order, then the remaining actors are shut down and
 /// [`Runtime::run`](crate::Runtime::run) returns `Err(RunError::Root(Shutdown))`.
 ///
-/// # Panics
-/// Outside an actor.
-pub fn shutdown() {
-    let (sh, _) = me("shutdown");
+/// Returns true if a shutdown was requested. Outside an actor there is no runtime to stop:
+/// it does nothing and returns false; a plain thread stops a runtime through its
+/// [`Handle::shutdown`](crate::Handle::shutdown).
+///
+/// ```
+/// assert!(!smarm::shutdown()); // no runtime here
+/// let r = smarm::Runtime::builder().build().unwrap().run(|| {
+///     assert!(smarm::shutdown());
+///     loop { smarm::sleep(std::time::Duration::from_millis(1)) } // stopped here
+/// });
+/// assert!(matches!(r, Err(smarm::RunError::Root(smarm::DownReason::Shutdown))));
+/// ```
+pub fn shutdown() -> bool {
+    let Some((sh, _)) = current_shared() else { return false };
+    // SAFETY: the runtime outlives its running actor.
+    let sh = unsafe { &*sh };
     if let Some(root) = sh.root_pid() {
         stop_with(sh, root, DownReason::Shutdown);
     }
+    true
 }
 
 /// A handle that starts the graceful [`shutdown`] of a runtime from anywhere: another

@@ -26,7 +26,7 @@ use crate::mailbox::{Addr, Mailbox};
 use crate::preempt::maybe_preempt;
 use crate::process::{whereis, MonitorRef, SignalSink};
 use crate::registry::RegisterError;
-use crate::runtime::{current_worker, Shared, SpawnSettings, MAX_STACK_SIZE, MIN_STACK_SIZE};
+use crate::runtime::{current_worker, Runtime, RuntimeCell, Shared, SpawnSettings, MAX_STACK_SIZE, MIN_STACK_SIZE};
 use crate::slot_state::Pid;
 
 /// Spawns an actor running `f` on the current runtime.
@@ -824,4 +824,227 @@ pub fn current_thread_index() -> Option<usize> {
     let w = current_worker();
     // SAFETY: this thread's live worker.
     (!w.is_null()).then(|| unsafe { (*w).index })
+}
+
+/// A handle to a runtime, usable from any OS thread while the runtime runs: spawn actors
+/// on it, request its graceful shutdown. `Clone + Send + Sync`; it never keeps the runtime
+/// alive. Made by [`Runtime::handle`] before the runtime starts (for the threads a server
+/// starts beside it: a signal watcher, an admin endpoint, a C library's callbacks), or by
+/// [`Handle::current`] in an actor. As tokio's `Handle`, except that a smarm runtime runs
+/// only inside [`Runtime::run`]: before `run` starts and after it ends, spawns fail with
+/// [`SpawnError::NotRunning`] and [`shutdown`](Handle::shutdown) returns false.
+///
+/// Sending needs no handle: an [`Addr`] (or a channel `Sender`) works from any thread, as
+/// do `whereis` lookups. [`ShutdownHandle`](crate::ShutdownHandle) is the same shutdown
+/// request without the spawns.
+///
+/// ```
+/// use std::time::Duration;
+/// let rt = smarm::Runtime::builder().build().unwrap();
+/// let handle = rt.handle();
+/// let (up_tx, up_rx) = std::sync::mpsc::channel();
+/// // A plain thread talks to the runtime while it runs, then stops it (as a SIGTERM
+/// // watcher would).
+/// let outside = std::thread::spawn(move || {
+///     up_rx.recv().unwrap(); // the runtime runs
+///     let (tx, rx) = std::sync::mpsc::channel();
+///     let addr = handle.spawn_actor(move |mb: smarm::Mailbox<u32>| {
+///         while let smarm::Envelope::Msg(n) = mb.recv() { tx.send(n + 1).unwrap(); }
+///     });
+///     addr.send(41);
+///     assert_eq!(rx.recv().unwrap(), 42);
+///     assert!(handle.shutdown());
+/// });
+/// let r = rt.run(move || {
+///     up_tx.send(()).unwrap();
+///     loop { smarm::sleep(Duration::from_millis(1)) }
+/// });
+/// assert!(matches!(r, Err(smarm::RunError::Root(smarm::DownReason::Shutdown))));
+/// outside.join().unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Handle {
+    cell: Arc<RuntimeCell>,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").field("running", &self.is_running()).finish()
+    }
+}
+
+impl Runtime {
+    /// A [`Handle`] to this runtime, for other threads. It works once [`Runtime::run`] has
+    /// started the runtime, and until `run` is about to return.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().build().unwrap();
+    /// let handle = rt.handle();
+    /// assert!(!handle.is_running()); // not started yet
+    /// let h2 = handle.clone();
+    /// rt.run(move || assert!(h2.is_running())).unwrap();
+    /// assert!(!handle.is_running()); // ended
+    /// ```
+    pub fn handle(&self) -> Handle {
+        Handle { cell: self.cell().clone() }
+    }
+}
+
+impl Handle {
+    /// The handle of the calling actor's runtime.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let handle = smarm::Handle::current();
+    ///     let h = std::thread::spawn(move || handle.spawn(|| 6 * 7).join()).join().unwrap();
+    ///     assert_eq!(h, Ok(42));
+    /// });
+    /// ```
+    ///
+    /// # Panics
+    /// Outside an actor; see [`try_current`](Handle::try_current).
+    pub fn current() -> Handle {
+        Handle::try_current().expect("smarm::Handle::current called outside an actor")
+    }
+
+    /// The handle of the calling actor's runtime, or `None` outside an actor.
+    ///
+    /// ```
+    /// assert!(smarm::Handle::try_current().is_none());
+    /// smarm::run(|| assert!(smarm::Handle::try_current().is_some()));
+    /// ```
+    pub fn try_current() -> Option<Handle> {
+        try_current_pid()?;
+        // SAFETY: an actor runs, so this thread's worker is live.
+        let sh = unsafe { &*current_shared_ptr().ok()? };
+        Some(Handle { cell: sh.cell.clone() })
+    }
+
+    /// True while the runtime runs (started by [`Runtime::run`], not yet ended).
+    ///
+    /// ```
+    /// smarm::run(|| assert!(smarm::Handle::current().is_running()));
+    /// ```
+    pub fn is_running(&self) -> bool {
+        self.cell.running().is_some()
+    }
+
+    fn shared(&self) -> Result<Arc<Shared>, SpawnError> {
+        self.cell.running().ok_or(SpawnError::NotRunning)
+    }
+
+    /// Spawns an actor running `f` on the runtime, from any thread.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let handle = smarm::Handle::current();
+    ///     let v = std::thread::spawn(move || handle.spawn(|| "hi").join()).join().unwrap();
+    ///     assert_eq!(v, Ok("hi"));
+    /// });
+    /// ```
+    ///
+    /// # Panics
+    /// Where [`try_spawn`](Handle::try_spawn) fails.
+    pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.try_spawn(f).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`spawn`](Handle::spawn), or why it could not: [`SpawnError::NotRunning`] before the
+    /// runtime starts or after it ended, else as [`try_spawn`](crate::try_spawn).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().build().unwrap();
+    /// let handle = rt.handle();
+    /// assert!(matches!(handle.try_spawn(|| ()), Err(smarm::SpawnError::NotRunning)));
+    /// ```
+    pub fn try_spawn<F, T>(&self, f: F) -> Result<JoinHandle<T>, SpawnError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.shared()?.spawn_outside(|sh| sh.spawn(f, false))
+    }
+
+    /// Spawns an actor with a typed [`Mailbox`] on the runtime, from any thread.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let handle = smarm::Handle::current();
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let addr = std::thread::spawn(move || {
+    ///         handle.spawn_actor(move |mb: smarm::Mailbox<u8>| {
+    ///             if let smarm::Envelope::Msg(b) = mb.recv() { tx.send(b).unwrap(); }
+    ///         })
+    ///     }).join().unwrap();
+    ///     addr.send(7);
+    ///     assert_eq!(rx.recv(), Ok(7));
+    /// });
+    /// ```
+    ///
+    /// # Panics
+    /// Where [`try_spawn_actor`](Handle::try_spawn_actor) fails.
+    pub fn spawn_actor<M, F, T>(&self, f: F) -> Addr<M>
+    where
+        M: Send + 'static,
+        F: FnOnce(Mailbox<M>) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.try_spawn_actor(f).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`spawn_actor`](Handle::spawn_actor), or why it could not (as
+    /// [`try_spawn`](Handle::try_spawn)).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().build().unwrap();
+    /// let r = rt.handle().try_spawn_actor(|_mb: smarm::Mailbox<u8>| ());
+    /// assert!(matches!(r, Err(smarm::SpawnError::NotRunning)));
+    /// ```
+    pub fn try_spawn_actor<M, F, T>(&self, f: F) -> Result<Addr<M>, SpawnError>
+    where
+        M: Send + 'static,
+        F: FnOnce(Mailbox<M>) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let mut addr = None;
+        drop(self.shared()?.spawn_outside(|sh| {
+            sh.spawn_with(false, |sh, pid| {
+                let (mb, sink) = crate::mailbox::new_mailbox::<M>(pid);
+                addr = Some(mb.addr());
+                crate::process::setup_child(sh, pid, Some(sink), None);
+                move || f(mb)
+            })
+        })?);
+        Ok(addr.expect("make ran"))
+    }
+
+    /// Starts the runtime's graceful shutdown, from any thread, as [`shutdown`](crate::shutdown)
+    /// does in one of its actors: the root is stopped with [`DownReason::Shutdown`], the
+    /// supervision trees in reverse start order, then every other actor, and
+    /// [`Runtime::run`] returns `Err(RunError::Root(Shutdown))`. Returns false if the
+    /// runtime is not running (not started, or ended). A SIGTERM watcher thread calls this.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().build().unwrap();
+    /// assert!(!rt.handle().shutdown()); // not running yet: nothing to stop
+    /// let r = rt.run(|| {
+    ///     let handle = smarm::Handle::current();
+    ///     std::thread::spawn(move || assert!(handle.shutdown()));
+    ///     loop { smarm::sleep(std::time::Duration::from_millis(1)) }
+    /// });
+    /// assert!(matches!(r, Err(smarm::RunError::Root(smarm::DownReason::Shutdown))));
+    /// ```
+    ///
+    /// [`DownReason::Shutdown`]: crate::DownReason::Shutdown
+    pub fn shutdown(&self) -> bool {
+        let Ok(sh) = self.shared() else { return false };
+        if let Some(root) = sh.root_pid() {
+            crate::process::stop_with(&sh, root, crate::exit::DownReason::Shutdown);
+        }
+        true
+    }
 }

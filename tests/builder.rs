@@ -361,3 +361,14 @@ fn runtime_errors_are_std_errors_with_sources() {
     assert_eq!(stack.source().expect("SpawnError::Stack has a source").to_string(), "no maps");
     assert!(assert_std_error(RunError::Nested).source().is_none());
 }
+
+#[test]
+fn the_default_slab_is_otps_process_limit_and_commits_no_memory_up_front() {
+    assert_eq!(smarm::DEFAULT_MAX_ACTORS, 262_144, "OTP's default process limit");
+    let before = rss_bytes();
+    let during = Runtime::builder().threads(1).build().unwrap().run(rss_bytes).unwrap();
+    // 262,144 control blocks, queue cells and process-table slots written eagerly would be
+    // tens of megabytes.
+    let grown = during.saturating_sub(before);
+    assert!(grown < 8 << 20, "a default runtime committed {grown} bytes up front");
+}

@@ -89,8 +89,12 @@ pub const MAX_THREADS: usize = 4096;
 /// Default usable stack size: enough for `deep_recursion` (1,000 frames of 256 bytes) with
 /// room to spare; committed lazily by the kernel.
 pub const DEFAULT_STACK_SIZE: usize = 512 * 1024;
-/// Default slab size.
-pub const DEFAULT_MAX_ACTORS: usize = 16_384;
+/// Default slab size: 262,144 live actors, OTP's default process limit (`+P`). The slab,
+/// the run queue and the process table are zero-mapped and committed only as slots are
+/// used, so the default costs address space (about 50 MB more than 16,384 slots), not
+/// memory: a runtime of either size starts in the same ~0.2 ms with the same ~0.3 MB of
+/// RSS.
+pub const DEFAULT_MAX_ACTORS: usize = 262_144;
 /// Default timeslice in rdtsc ticks (about 40 us at 2.5 GHz).
 pub const DEFAULT_TIMESLICE_CYCLES: u64 = 100_000;
 /// Default number of consecutive wake-slot runs before a thread serves the shared queue.
@@ -111,7 +115,82 @@ pub(crate) struct Config {
     pub(crate) shutdown_timeout: std::time::Duration,
     pub(crate) warm_stacks: usize,
     pub(crate) max_blocking_threads: usize,
+    pub(crate) threads_setup: ThreadSetup,
 }
+
+/// How the runtime's OS threads are named, and the hooks they run
+/// ([`Builder::thread_name`], [`Builder::on_thread_start`], [`Builder::on_thread_stop`]).
+#[derive(Clone)]
+pub(crate) struct ThreadSetup {
+    /// Scheduler threads are `{name}-{k}` (k >= 1; thread 0 is the caller of `run`),
+    /// blocking-pool threads `{name}-blocking`.
+    pub(crate) name: Arc<str>,
+    pub(crate) on_start: Option<ThreadHook>,
+    pub(crate) on_stop: Option<ThreadHook>,
+}
+
+/// A thread hook of the builder.
+pub(crate) type ThreadHook = Arc<dyn Fn() + Send + Sync>;
+
+impl Default for ThreadSetup {
+    fn default() -> Self {
+        ThreadSetup { name: Arc::from(DEFAULT_THREAD_NAME), on_start: None, on_stop: None }
+    }
+}
+
+impl std::fmt::Debug for ThreadSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadSetup")
+            .field("name", &self.name)
+            .field("on_start", &self.on_start.is_some())
+            .field("on_stop", &self.on_stop.is_some())
+            .finish()
+    }
+}
+
+impl ThreadSetup {
+    /// The name of scheduler thread `k` (k >= 1).
+    pub(crate) fn scheduler_name(&self, k: usize) -> String {
+        format!("{}-{k}", self.name)
+    }
+
+    /// The name of blocking-pool threads.
+    pub(crate) fn blocking_name(&self) -> String {
+        format!("{}-blocking", self.name)
+    }
+
+    /// Runs the start hook, if any, on the calling thread.
+    pub(crate) fn started(&self) {
+        if let Some(h) = &self.on_start {
+            run_thread_hook(h, "on_thread_start");
+        }
+    }
+
+    /// Runs the stop hook, if any, on the calling thread.
+    pub(crate) fn stopped(&self) {
+        if let Some(h) = &self.on_stop {
+            run_thread_hook(h, "on_thread_stop");
+        }
+    }
+}
+
+/// Runs a thread hook; a panic in it aborts the process, naming the hook (a runtime thread
+/// that vanished would take the actors pinned to it, or a pool slot, with it).
+fn run_thread_hook(hook: &ThreadHook, what: &str) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook())).is_err() {
+        use std::io::Write;
+        let thread = std::thread::current();
+        let _ = writeln!(
+            std::io::stderr(),
+            "smarm: the {what} hook panicked on thread {:?}; aborting",
+            thread.name().unwrap_or("<unnamed>")
+        );
+        std::process::abort();
+    }
+}
+
+/// Default prefix of the runtime's thread names (see [`Builder::thread_name`]).
+pub const DEFAULT_THREAD_NAME: &str = "smarm-worker";
 
 /// Configures a [`Runtime`].
 ///
@@ -130,6 +209,7 @@ pub struct Builder {
     warm_stacks: usize,
     shutdown_timeout: std::time::Duration,
     max_blocking_threads: usize,
+    threads_setup: ThreadSetup,
 }
 
 impl Default for Builder {
@@ -144,6 +224,7 @@ impl Default for Builder {
             warm_stacks: DEFAULT_WARM_STACKS,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_blocking_threads: blocking::DEFAULT_MAX_BLOCKING_THREADS,
+            threads_setup: ThreadSetup::default(),
         }
     }
 }
@@ -155,7 +236,17 @@ impl Builder {
         self.threads = Some(n);
         self
     }
-    /// Maximum number of live actors (default 16,384; up to 16,777,216).
+    /// Maximum number of live actors (default [`DEFAULT_MAX_ACTORS`], 262,144 as in OTP; 1 to
+    /// 16,777,216, checked by [`build`](Builder::build)). A spawn beyond it fails with
+    /// [`SpawnError::Full`]. Unused slots cost address space, not memory.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().max_actors(2).build().unwrap();
+    /// rt.run(|| {
+    ///     let _second = smarm::spawn(|| smarm::sleep(std::time::Duration::from_millis(5)));
+    ///     assert!(matches!(smarm::try_spawn(|| ()), Err(smarm::SpawnError::Full { max_actors: 2 })));
+    /// }).unwrap();
+    /// ```
     pub fn max_actors(mut self, n: usize) -> Self {
         self.max_actors = n;
         self
@@ -206,6 +297,73 @@ impl Builder {
         self
     }
 
+    /// Names the runtime's OS threads: scheduler threads are `{name}-1`, `{name}-2`, ...
+    /// (thread 0 is the thread that calls [`Runtime::run`], which keeps its name), blocking-pool
+    /// threads are `{name}-blocking` (default prefix [`DEFAULT_THREAD_NAME`]). Linux shows
+    /// the first 15 bytes in `top` and `/proc`; Rust's `Thread::name` has all of it.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().threads(2).thread_name("api").build().unwrap();
+    /// let names = rt.run(|| {
+    ///     // Run one actor on each scheduler thread that is not the caller's.
+    ///     (0..16).map(|_| smarm::spawn(|| std::thread::current().name().map(str::to_owned)).join().unwrap())
+    ///         .collect::<Vec<_>>()
+    /// }).unwrap();
+    /// assert!(names.iter().flatten().all(|n| n == "api-1" || !n.starts_with("api")));
+    /// ```
+    pub fn thread_name(mut self, name: impl Into<String>) -> Self {
+        self.threads_setup.name = Arc::from(name.into());
+        self
+    }
+
+    /// Runs `hook` on each of the runtime's OS threads as it starts serving: every scheduler
+    /// thread (the caller of [`Runtime::run`] included, when `run` starts) and every
+    /// blocking-pool thread, before it runs any actor or job (as tokio's
+    /// `Builder::on_thread_start`). For per-thread setup: a tracing span, CPU affinity, a
+    /// thread-local of a C library. It runs outside any actor. It must not panic: a panic
+    /// aborts the process, since a runtime thread cannot be lost.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// let started = Arc::new(AtomicUsize::new(0));
+    /// let s = started.clone();
+    /// let rt = smarm::Runtime::builder()
+    ///     .threads(3)
+    ///     .on_thread_start(move || { s.fetch_add(1, Ordering::SeqCst); })
+    ///     .build()
+    ///     .unwrap();
+    /// rt.run(|| ()).unwrap();
+    /// assert_eq!(started.load(Ordering::SeqCst), 3); // the three scheduler threads
+    /// ```
+    pub fn on_thread_start(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
+        self.threads_setup.on_start = Some(Arc::new(hook));
+        self
+    }
+
+    /// Runs `hook` on each of the runtime's OS threads as it stops serving: scheduler
+    /// threads when the runtime ends (the caller of [`Runtime::run`] before `run` returns),
+    /// blocking-pool threads when they exit. Pairs with [`on_thread_start`](Builder::on_thread_start);
+    /// the same rules apply.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// let stopped = Arc::new(AtomicUsize::new(0));
+    /// let s = stopped.clone();
+    /// let rt = smarm::Runtime::builder()
+    ///     .threads(2)
+    ///     .on_thread_stop(move || { s.fetch_add(1, Ordering::SeqCst); })
+    ///     .build()
+    ///     .unwrap();
+    /// rt.run(|| ()).unwrap();
+    /// assert_eq!(stopped.load(Ordering::SeqCst), 2); // both scheduler threads, before run returned
+    /// ```
+    pub fn on_thread_stop(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
+        self.threads_setup.on_stop = Some(Arc::new(hook));
+        self
+    }
+
     /// Validates the configuration.
     pub fn build(self) -> Result<Runtime, BuildError> {
         let threads = match self.threads {
@@ -248,7 +406,9 @@ impl Builder {
                 warm_stacks: self.warm_stacks,
                 shutdown_timeout: self.shutdown_timeout,
                 max_blocking_threads: self.max_blocking_threads,
+                threads_setup: self.threads_setup,
             },
+            cell: Arc::new(RuntimeCell::default()),
         })
     }
 }
@@ -258,6 +418,23 @@ impl Builder {
 #[derive(Debug)]
 pub struct Runtime {
     config: Config,
+    /// Where the runtime's handles find it once it runs.
+    cell: Arc<RuntimeCell>,
+}
+
+/// The link from a runtime's handles to its running state: empty until [`Runtime::run`]
+/// starts it; afterwards a `Weak` (handles never keep a runtime alive).
+#[derive(Debug, Default)]
+pub(crate) struct RuntimeCell {
+    shared: std::sync::OnceLock<std::sync::Weak<Shared>>,
+}
+
+impl RuntimeCell {
+    /// The runtime, if it runs now (started and not finished).
+    pub(crate) fn running(&self) -> Option<Arc<Shared>> {
+        let sh = self.shared.get()?.upgrade()?;
+        (!sh.lifecycle.is_finished()).then_some(sh)
+    }
 }
 
 impl Runtime {
@@ -267,8 +444,17 @@ impl Runtime {
     }
 
     /// Number of scheduler threads this runtime will start.
+    ///
+    /// ```
+    /// assert_eq!(smarm::Runtime::builder().threads(3).build().unwrap().threads(), 3);
+    /// ```
     pub fn threads(&self) -> usize {
         self.config.threads
+    }
+
+    /// The link its handles use to reach it (`Runtime::handle`, in `task`).
+    pub(crate) fn cell(&self) -> &Arc<RuntimeCell> {
+        &self.cell
     }
 
     /// Runs `root` as the root actor on the calling thread plus `threads - 1` more, with the
@@ -287,15 +473,17 @@ impl Runtime {
             return Err(RunError::Nested);
         }
         unwind::install_process_hooks();
-        let shared = Arc::new(Shared::new(self.config, hooks));
+        let shared = Arc::new(Shared::new(self.config, hooks, self.cell.clone()));
+        let _ = self.cell.shared.set(Arc::downgrade(&shared));
         let handle = shared.spawn(root, true).map_err(RunError::Spawn)?;
         let _ = shared.root_pid.set(handle.pid());
 
         let mut threads = Vec::with_capacity(shared.config.threads - 1);
         for k in 1..shared.config.threads {
             let sh = shared.clone();
-            let spawned =
-                std::thread::Builder::new().name(format!("smarm-worker-{k}")).spawn(move || worker::thread_main(sh, k));
+            let spawned = std::thread::Builder::new()
+                .name(shared.config.threads_setup.scheduler_name(k))
+                .spawn(move || worker::thread_main(sh, k));
             match spawned {
                 Ok(h) => threads.push(h),
                 // Run on the threads we have: thread 0 (this one) always exists, and nothing is
@@ -415,10 +603,12 @@ pub(crate) struct Shared {
     reactor_init: Mutex<()>,
     /// Threads for `spawn_blocking` (see `blocking`).
     pub(crate) blocking: blocking::BlockingPool,
+    /// The link of this runtime's handles (`Handle::current` clones it).
+    pub(crate) cell: Arc<RuntimeCell>,
 }
 
 impl Shared {
-    fn new(config: Config, hooks: &'static Hooks) -> Shared {
+    fn new(config: Config, hooks: &'static Hooks, cell: Arc<RuntimeCell>) -> Shared {
         Shared {
             hooks,
             world: (hooks.new_world)(config.max_actors),
@@ -437,7 +627,9 @@ impl Shared {
             lifecycle: Lifecycle::new(),
             reactor: std::sync::OnceLock::new(),
             reactor_init: Mutex::new(()),
-            blocking: blocking::BlockingPool::new(config.max_blocking_threads, blocking::KEEP_ALIVE),
+            blocking: blocking::BlockingPool::new(config.max_blocking_threads, blocking::KEEP_ALIVE)
+                .with_threads(config.threads_setup.clone()),
+            cell,
             config,
         }
     }
@@ -623,6 +815,18 @@ impl Shared {
             None => Ok(handle),
             Some(e) => Err(e), // the handle is dropped: the stopped actor is detached
         }
+    }
+
+    /// Runs `spawn` (a spawn on this runtime) from a thread that is not one of its live
+    /// actors (a [`Handle`](crate::Handle) on a plain thread, scheduler code): the caller
+    /// counts as a live actor meanwhile, as lifecycle step 1 requires of a spawner, so the
+    /// runtime cannot finish under the spawn and strand its actor. If the caller's count
+    /// was the last one after shutdown began, the caller finishes the runtime.
+    pub(crate) fn spawn_outside<R>(self: &Arc<Self>, spawn: impl FnOnce(&Shared) -> R) -> R {
+        self.lifecycle.spawned();
+        let r = spawn(self);
+        self.retired(false);
+        r
     }
 
     /// Queues a newly spawned actor: on the spawning thread's local queue when the spawner

@@ -619,9 +619,12 @@ impl Worker {
 /// Body of every scheduler thread (including the one that called `Runtime::run`). A panic
 /// in it aborts the process (see "A panic in scheduler code" in the module doc).
 pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
+    let setup = shared.config.threads_setup.clone();
+    setup.started();
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_thread(shared, index))) {
         scheduler_panicked(index, &*payload);
     }
+    setup.stopped();
 }
 
 /// Reports a panic that ended scheduler thread `index` and aborts. The payload is not
