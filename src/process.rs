@@ -388,7 +388,15 @@ impl Drop for ProcTable {
 unsafe impl crate::zeroed::ZeroValid for ProcLock {}
 
 /// The scheduler's hooks into the process layer (passed to `Runtime::run_hooked`).
-pub(crate) static HOOKS: Hooks = Hooks { new_world: World::new_boxed, on_exit, exit_reason: pending_exit_reason };
+pub(crate) static HOOKS: Hooks =
+    Hooks { new_world: World::new_boxed, on_exit, exit_reason: pending_exit_reason, name_of: registered_name };
+
+/// The name `pid` is registered under (for the scheduler's panic report). Takes the actor's
+/// process lock: called from the panicking actor itself, which never runs user code (and so
+/// never panics) while holding it.
+fn registered_name(sh: &Shared, pid: Pid) -> Option<String> {
+    proc_lock(sh, pid)?.lock().existing(pid.generation())?.name.clone()
+}
 
 /// The process layer's state of `sh`.
 #[inline]

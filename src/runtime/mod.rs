@@ -75,6 +75,7 @@ pub(crate) use cancel::{check_cancelled_current, current_cancel_reason, defer_st
 use idle::Idle;
 pub(crate) use lazy::{park_until, sleep, WaitLimit};
 use lifecycle::Lifecycle;
+pub use unwind::ActorPanic;
 pub(crate) use unwind::{mark_current_unwinding, set_current_exit_override, take_current_exit_override};
 pub(crate) use worker::{current_actor_pid as current_shared, current_actor_slot, current_worker, park_current};
 
@@ -104,7 +105,7 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::f
 /// Default number of released stacks each runtime keeps mapped for reuse.
 pub const DEFAULT_WARM_STACKS: usize = 1024;
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) threads: usize,
     pub(crate) max_actors: usize,
@@ -116,7 +117,30 @@ pub(crate) struct Config {
     pub(crate) warm_stacks: usize,
     pub(crate) max_blocking_threads: usize,
     pub(crate) threads_setup: ThreadSetup,
+    /// `Builder::on_actor_panic`.
+    pub(crate) on_actor_panic: Option<PanicHook>,
 }
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("threads", &self.threads)
+            .field("max_actors", &self.max_actors)
+            .field("stack_size", &self.stack_size)
+            .field("timeslice_cycles", &self.timeslice_cycles)
+            .field("lifo_run_limit", &self.lifo_run_limit)
+            .field("quiet_panics", &self.quiet_panics)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("warm_stacks", &self.warm_stacks)
+            .field("max_blocking_threads", &self.max_blocking_threads)
+            .field("threads_setup", &self.threads_setup)
+            .field("on_actor_panic", &self.on_actor_panic.is_some())
+            .finish()
+    }
+}
+
+/// The hook of [`Builder::on_actor_panic`].
+pub(crate) type PanicHook = Arc<dyn Fn(&ActorPanic<'_>) + Send + Sync>;
 
 /// How the runtime's OS threads are named, and the hooks they run
 /// ([`Builder::thread_name`], [`Builder::on_thread_start`], [`Builder::on_thread_stop`]).
@@ -198,7 +222,7 @@ pub const DEFAULT_THREAD_NAME: &str = "smarm-worker";
 /// let rt = smarm::Runtime::builder().threads(2).max_actors(1024).build().unwrap();
 /// assert_eq!(rt.run(|| 1 + 1).unwrap(), 2);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Builder {
     threads: Option<usize>,
     max_actors: usize,
@@ -210,6 +234,25 @@ pub struct Builder {
     shutdown_timeout: std::time::Duration,
     max_blocking_threads: usize,
     threads_setup: ThreadSetup,
+    on_actor_panic: Option<PanicHook>,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("threads", &self.threads)
+            .field("max_actors", &self.max_actors)
+            .field("stack_size", &self.stack_size)
+            .field("timeslice_cycles", &self.timeslice_cycles)
+            .field("lifo_run_limit", &self.lifo_run_limit)
+            .field("quiet_panics", &self.quiet_panics)
+            .field("warm_stacks", &self.warm_stacks)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("max_blocking_threads", &self.max_blocking_threads)
+            .field("threads_setup", &self.threads_setup)
+            .field("on_actor_panic", &self.on_actor_panic.is_some())
+            .finish()
+    }
 }
 
 impl Default for Builder {
@@ -225,6 +268,7 @@ impl Default for Builder {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_blocking_threads: blocking::DEFAULT_MAX_BLOCKING_THREADS,
             threads_setup: ThreadSetup::default(),
+            on_actor_panic: None,
         }
     }
 }
@@ -275,9 +319,58 @@ impl Builder {
         self.shutdown_timeout = timeout;
         self
     }
-    /// Silences the report printed when an actor panics (default: printed, naming the pid).
+    /// Silences the report printed on stderr when an actor panics (default: printed, naming
+    /// the pid, the registered name and the location). Has no effect with an
+    /// [`on_actor_panic`](Builder::on_actor_panic) hook, which replaces the report.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().quiet_panics(true).build().unwrap();
+    /// let r = rt.run(|| smarm::spawn(|| panic!("not printed")).join()).unwrap();
+    /// assert!(r.is_err());
+    /// ```
     pub fn quiet_panics(mut self, quiet: bool) -> Self {
         self.quiet_panics = quiet;
+        self
+    }
+
+    /// Calls `hook` for every panic in an actor of this runtime, on the panicking actor at
+    /// the point of the panic (as a `std::panic` hook is called), instead of printing the
+    /// report: the place to send actor crashes to Sentry, `tracing` or a log. The
+    /// [`ActorPanic`] carries the pid, the registered name, the message and the location;
+    /// its `Display` is the report smarm prints by default.
+    ///
+    /// Every panic of an actor reaches it, including one the actor catches with
+    /// `catch_unwind` (as with std's hook); stop requests (kill, exit signals, shutdown)
+    /// are not panics and do not. Panics outside actors go to the process's panic hook as
+    /// usual. The hook runs while the actor unwinds: it should not block for long, and a
+    /// panic inside it aborts the process (as in any panic hook).
+    ///
+    /// smarm installs one process-wide `std::panic` hook (when the first runtime starts)
+    /// that serves this, and passes panics outside actors to the hook that was installed
+    /// before it. A hook installed with `std::panic::set_hook` after that replaces smarm's,
+    /// and then sees actor panics itself (`smarm::try_current_pid()` names the actor), at
+    /// the cost described under "Soundness contract" in the crate docs.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let s = seen.clone();
+    /// let rt = smarm::Runtime::builder()
+    ///     .on_actor_panic(move |p: &smarm::ActorPanic<'_>| {
+    ///         s.lock().unwrap().push((p.pid(), p.name().map(str::to_owned), p.message().to_owned(), p.location().is_some()));
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// let pid = rt.run(|| {
+    ///     let h = smarm::SpawnOptions::new().name("db").spawn(|| panic!("lost connection"));
+    ///     let pid = h.pid();
+    ///     assert!(h.join().is_err());
+    ///     pid
+    /// }).unwrap();
+    /// assert_eq!(*seen.lock().unwrap(), [(pid, Some("db".to_owned()), "lost connection".to_owned(), true)]);
+    /// ```
+    pub fn on_actor_panic(mut self, hook: impl Fn(&ActorPanic<'_>) + Send + Sync + 'static) -> Self {
+        self.on_actor_panic = Some(Arc::new(hook));
         self
     }
     /// Released stacks kept mapped for reuse (default 1,024); more are unmapped. Nothing is
@@ -407,6 +500,7 @@ impl Builder {
                 shutdown_timeout: self.shutdown_timeout,
                 max_blocking_threads: self.max_blocking_threads,
                 threads_setup: self.threads_setup,
+                on_actor_panic: self.on_actor_panic,
             },
             cell: Arc::new(RuntimeCell::default()),
         })
@@ -531,6 +625,8 @@ pub(crate) struct Hooks {
     pub(crate) on_exit: fn(&Shared, Pid, &DownReason),
     /// The reason of a pending exit-signal stop (`Cancel::Exit`), kept by the process layer.
     pub(crate) exit_reason: fn(&Shared, Pid) -> DownReason,
+    /// The registered name of a live actor, if any (the panic report, [`ActorPanic::name`]).
+    pub(crate) name_of: fn(&Shared, Pid) -> Option<String>,
 }
 
 /// A private queue of work only one thread may run: actors pinned there (thread-bound
