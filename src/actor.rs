@@ -366,11 +366,29 @@ impl<T> JoinHandle<T> {
     }
 
     /// The actor's pid.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let h = smarm::spawn(smarm::current_pid);
+    ///     let pid = h.pid();
+    ///     assert_eq!(h.join(), Ok(pid));
+    /// });
+    /// ```
     pub fn pid(&self) -> Pid {
         self.pid
     }
 
     /// True once the actor has ended (join will not block).
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let h = smarm::spawn(|| ());
+    ///     while !h.is_finished() {
+    ///         smarm::yield_now();
+    ///     }
+    ///     assert_eq!(h.join(), Ok(())); // does not block now
+    /// });
+    /// ```
     pub fn is_finished(&self) -> bool {
         self.inner.packet().state.lock().done
     }
@@ -379,6 +397,16 @@ impl<T> JoinHandle<T> {
     /// ([`DownReason::Panic`] with the message, [`DownReason::Shutdown`], ...).
     ///
     /// From an actor this parks the actor; from a plain thread it blocks the thread.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     assert_eq!(smarm::spawn(|| 7).join(), Ok(7));
+    ///     assert_eq!(smarm::spawn(|| -> u8 { panic!("no") }).join(), Err(smarm::DownReason::Panic("no".into())));
+    ///     // From a plain thread too: it blocks the thread.
+    ///     let h = smarm::spawn(|| 8);
+    ///     assert_eq!(std::thread::spawn(move || h.join()).join().unwrap(), Ok(8));
+    /// });
+    /// ```
     pub fn join(self) -> Result<T, DownReason> {
         let packet = self.inner.packet();
         loop {

@@ -110,6 +110,11 @@ where
 }
 
 /// [`spawn_pinned`], or why it could not (as [`try_spawn`]).
+///
+/// ```
+/// assert!(matches!(smarm::try_spawn_pinned(|| ()), Err(smarm::SpawnError::NoRuntime)));
+/// smarm::run(|| assert_eq!(smarm::try_spawn_pinned(|| 3).unwrap().join(), Ok(3)));
+/// ```
 pub fn try_spawn_pinned<F, T>(f: F) -> Result<JoinHandle<T>, SpawnError>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -790,6 +795,16 @@ impl std::error::Error for LookupError {}
 
 /// Lets other actors run; the caller is resumed later, possibly on another thread. Off a
 /// runtime it yields the OS thread.
+///
+/// ```
+/// smarm::run(|| {
+///     let other = smarm::spawn(|| 1);
+///     while !other.is_finished() {
+///         smarm::yield_now(); // lets the other actor run
+///     }
+///     assert_eq!(other.join(), Ok(1));
+/// });
+/// ```
 #[inline]
 pub fn yield_now() {
     crate::runtime::worker_yield();
@@ -809,17 +824,36 @@ pub fn sleep(d: Duration) {
 ///
 /// # Panics
 /// Outside an actor; see [`try_current_pid`].
+///
+/// ```
+/// smarm::run(|| {
+///     let h = smarm::spawn(smarm::current_pid);
+///     let pid = h.pid();
+///     assert_eq!(h.join(), Ok(pid));
+/// });
+/// ```
 pub fn current_pid() -> Pid {
     try_current_pid().expect("smarm::current_pid called outside an actor")
 }
 
 /// The calling actor's pid, or `None` outside an actor.
+///
+/// ```
+/// assert_eq!(smarm::try_current_pid(), None);
+/// smarm::run(|| assert!(smarm::try_current_pid().is_some()));
+/// ```
 pub fn try_current_pid() -> Option<Pid> {
     crate::runtime::worker::current_actor_pid().map(|(_, pid)| pid)
 }
 
 /// Index of the scheduler thread running the caller (`None` outside a runtime). It can
 /// change across any blocking call.
+///
+/// ```
+/// assert_eq!(smarm::current_thread_index(), None);
+/// let rt = smarm::Runtime::builder().threads(2).build().unwrap();
+/// rt.run(|| assert!(smarm::current_thread_index().unwrap() < 2)).unwrap();
+/// ```
 pub fn current_thread_index() -> Option<usize> {
     let w = current_worker();
     // SAFETY: this thread's live worker.

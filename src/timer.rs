@@ -1,6 +1,34 @@
 //! The timer API: [`send_after`], [`send_after_addr`] and [`cancel`]. Deadlines live on the
 //! runtime's timing wheel (`wheel`, layer 1); timed waits use lazy timeouts
 //! (`runtime::lazy`). Layer 3.
+//!
+//! # Example
+//!
+//! A periodic tick to oneself (re-armed on each tick), and a timeout that is cancelled.
+//!
+//! ```
+//! use std::time::Duration;
+//! smarm::run(|| {
+//!     let (tx, rx) = smarm::channel::oneshot();
+//!     let ticker = smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| {
+//!         let me = mb.addr();
+//!         smarm::send_after_addr(Duration::from_millis(1), &me, 1);
+//!         while let smarm::Envelope::Msg(n) = mb.recv() {
+//!             if n == 3 {
+//!                 tx.send(n).unwrap();
+//!                 return;
+//!             }
+//!             smarm::send_after_addr(Duration::from_millis(1), &me, n + 1);
+//!         }
+//!     });
+//!     assert_eq!(rx.recv(), Ok(3));
+//!     let (alarm_tx, alarm_rx) = smarm::channel::channel::<&str>();
+//!     let alarm = smarm::send_after(Duration::from_secs(30), &alarm_tx, "too late");
+//!     assert!(smarm::cancel_timer(alarm).is_some());
+//!     drop((alarm_tx, ticker));
+//!     assert!(alarm_rx.recv().is_err());
+//! });
+//! ```
 
 use std::time::{Duration, Instant};
 
@@ -91,6 +119,18 @@ pub fn send_after<T: Send + 'static>(delay: Duration, sender: &crate::channel::S
 
 /// Cancels a [`send_after`]. Returns the time that was left, or `None` if it already fired
 /// (or its runtime has ended).
+///
+/// ```
+/// use std::time::Duration;
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::channel::<&str>();
+///     let t = smarm::send_after(Duration::from_secs(60), &tx, "never");
+///     let left = smarm::cancel_timer(t).unwrap();
+///     assert!(left <= Duration::from_secs(60));
+///     drop(tx);
+///     assert!(rx.recv().is_err()); // nothing was sent
+/// });
+/// ```
 pub fn cancel(timer: TimerRef) -> Option<Duration> {
     match timer.kind {
         RefKind::Runtime { rt, key } => {
@@ -109,6 +149,18 @@ pub fn cancel(timer: TimerRef) -> Option<Duration> {
 ///
 /// # Panics
 /// Outside an actor.
+///
+/// ```
+/// use std::time::Duration;
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::oneshot();
+///     let addr = smarm::spawn_actor(move |mb: smarm::Mailbox<&str>| {
+///         if let smarm::Envelope::Msg(m) = mb.recv() { tx.send(m).unwrap(); }
+///     });
+///     smarm::send_after_addr(Duration::from_millis(2), &addr, "tick");
+///     assert_eq!(rx.recv(), Ok("tick"));
+/// });
+/// ```
 pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::mailbox::Addr<M>, msg: M) -> TimerRef {
     let deadline = deadline_after(Instant::now(), delay);
     let w = crate::runtime::current_worker();

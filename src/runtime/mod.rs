@@ -276,6 +276,12 @@ impl Default for Builder {
 impl Builder {
     /// Number of scheduler threads (default: `available_parallelism()`; 1 to
     /// [`MAX_THREADS`], checked by [`build`](Builder::build)).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().threads(2).build().unwrap();
+    /// assert_eq!(rt.threads(), 2);
+    /// assert!(matches!(smarm::Runtime::builder().threads(0).build(), Err(smarm::BuildError::ZeroThreads)));
+    /// ```
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = Some(n);
         self
@@ -297,24 +303,52 @@ impl Builder {
     }
     /// Usable stack bytes per actor (default 512 KiB; [`MIN_STACK_SIZE`] to
     /// [`MAX_STACK_SIZE`], checked by [`build`](Builder::build); rounded up to pages).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().stack_size(2 << 20).build().unwrap();
+    /// // 64 frames of 4 KiB (more in a debug build) fit in 2 MiB.
+    /// fn deep(n: u32) -> u32 { let pad = std::hint::black_box([0u8; 4096]); if n == 0 { pad[0] as u32 } else { 1 + deep(n - 1) } }
+    /// assert_eq!(rt.run(|| deep(64)).unwrap(), 64);
+    /// ```
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = bytes;
         self
     }
     /// Timeslice in rdtsc ticks after which `maybe_preempt` and runtime calls yield
     /// (default 100,000).
+    ///
+    /// ```
+    /// // A short slice: CPU-bound actors that call `maybe_preempt` take turns more often.
+    /// let rt = smarm::Runtime::builder().timeslice_cycles(20_000).build().unwrap();
+    /// rt.run(|| (0..1000).for_each(|_| smarm::maybe_preempt())).unwrap();
+    /// ```
     pub fn timeslice_cycles(mut self, ticks: u64) -> Self {
         self.timeslice_cycles = ticks;
         self
     }
     /// Consecutive wake-slot runs before a thread serves the shared queue (default 16; at
     /// least 1; `u32::MAX` in effect never limits them).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().lifo_run_limit(4).build().unwrap();
+    /// rt.run(|| ()).unwrap();
+    /// assert!(smarm::Runtime::builder().lifo_run_limit(0).build().is_err());
+    /// ```
     pub fn lifo_run_limit(mut self, n: u32) -> Self {
         self.lifo_run_limit = n;
         self
     }
     /// How long actors still running when the root returns have to end after being told
     /// `Shutdown`, before they are killed (default 5 s).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = smarm::Runtime::builder().shutdown_timeout(Duration::from_millis(100)).build().unwrap();
+    /// rt.run(|| {
+    ///     // Still running when the root returns: told Shutdown, and it ends at its next runtime call.
+    ///     smarm::spawn(|| loop { smarm::sleep(Duration::from_millis(1)) });
+    /// }).unwrap();
+    /// ```
     pub fn shutdown_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.shutdown_timeout = timeout;
         self
@@ -376,6 +410,11 @@ impl Builder {
     /// Released stacks kept mapped for reuse (default 1,024); more are unmapped. Nothing is
     /// allocated up front, and the pool never holds more stacks than there are actors, so
     /// any value is accepted (`usize::MAX`: keep every released stack).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().warm_stacks(16).build().unwrap();
+    /// rt.run(|| (0..64).map(|i| smarm::spawn(move || i)).for_each(|h| { h.join().unwrap(); })).unwrap();
+    /// ```
     pub fn warm_stacks(mut self, n: usize) -> Self {
         self.warm_stacks = n;
         self
@@ -385,6 +424,12 @@ impl Builder {
     /// [`spawn_blocking`](crate::spawn_blocking) closures (default 512, at least 1). The pool
     /// starts threads on demand and lets them go after 10 s idle; beyond the maximum,
     /// closures queue.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().max_blocking_threads(2).build().unwrap();
+    /// let v = rt.run(|| smarm::spawn_blocking(|| 40 + 2).join().unwrap()).unwrap();
+    /// assert_eq!(v, 42);
+    /// ```
     pub fn max_blocking_threads(mut self, n: usize) -> Self {
         self.max_blocking_threads = n;
         self
@@ -458,6 +503,13 @@ impl Builder {
     }
 
     /// Validates the configuration.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().threads(1).build().unwrap();
+    /// assert_eq!(rt.run(|| 1).unwrap(), 1);
+    /// let e = smarm::Runtime::builder().max_actors(0).build().unwrap_err();
+    /// assert!(matches!(e, smarm::BuildError::ZeroMaxActors));
+    /// ```
     pub fn build(self) -> Result<Runtime, BuildError> {
         let threads = match self.threads {
             Some(0) => return Err(BuildError::ZeroThreads),
@@ -533,6 +585,11 @@ impl RuntimeCell {
 
 impl Runtime {
     /// A builder with the defaults.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().build().unwrap();
+    /// assert!(rt.threads() >= 1);
+    /// ```
     pub fn builder() -> Builder {
         Builder::default()
     }
