@@ -164,8 +164,8 @@ mod api {
     pub use crate::run::run;
     pub use crate::runtime::{
         ActorPanic, Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_MAX_BLOCKING_THREADS,
-        DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_STACK_SIZE, DEFAULT_THREAD_NAME, DEFAULT_TIMESLICE_CYCLES, MAX_STACK_SIZE,
-        MAX_THREADS, MIN_STACK_SIZE,
+        DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_STACK_SIZE, DEFAULT_TIMESLICE_CYCLES, MAX_STACK_SIZE, MAX_THREADS,
+        MIN_STACK_SIZE,
     };
     pub use crate::slot_state::Pid;
     pub use crate::task::{

@@ -350,7 +350,6 @@ fn assert_std_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> Box<d
 
 #[test]
 fn runtime_errors_are_std_errors_with_sources() {
-    use std::error::Error as _;
     let build = assert_std_error(Runtime::builder().threads(0).build().unwrap_err());
     assert!(build.source().is_none());
     // A failed root spawn keeps the spawn error as its source.

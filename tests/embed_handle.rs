@@ -34,7 +34,7 @@ fn a_handle_spawns_from_a_plain_thread_and_addr_sends_reach_the_actor() {
         }
         let got: Vec<u32> = (0..100).map(|_| rx.recv().unwrap().0).collect();
         assert_eq!(got, (0..100).collect::<Vec<_>>(), "in order, from a plain thread");
-        let joined = handle.spawn(|| smarm::current_pid()).join();
+        let joined = handle.spawn(smarm::current_pid).join();
         assert!(joined.is_ok());
         assert!(handle.shutdown());
     });
@@ -83,7 +83,7 @@ fn handle_spawns_racing_the_end_of_the_runtime_never_strand_an_actor() {
             go_rx.recv().unwrap();
             let mut joined = 0;
             loop {
-                match handle.try_spawn(|| smarm::yield_now()) {
+                match handle.try_spawn(smarm::yield_now) {
                     Ok(h) => {
                         let _ = h.join(); // would hang if the actor were stranded
                         joined += 1;

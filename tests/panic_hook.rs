@@ -108,7 +108,7 @@ fn panic_hook_child() {
             let outside = Arc::new(Mutex::new(Vec::<String>::new()));
             let o = outside.clone();
             std::panic::set_hook(Box::new(move |info| {
-                o.lock().unwrap().push(format!("{}", info.payload().downcast_ref::<&str>().unwrap_or(&"?")));
+                o.lock().unwrap().push(info.payload().downcast_ref::<&str>().unwrap_or(&"?").to_string());
             }));
             let rt = Runtime::builder().threads(1).build().unwrap();
             rt.run(|| {

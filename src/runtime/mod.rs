@@ -144,23 +144,18 @@ pub(crate) type PanicHook = Arc<dyn Fn(&ActorPanic<'_>) + Send + Sync>;
 
 /// How the runtime's OS threads are named, and the hooks they run
 /// ([`Builder::thread_name`], [`Builder::on_thread_start`], [`Builder::on_thread_stop`]).
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(crate) struct ThreadSetup {
     /// Scheduler threads are `{name}-{k}` (k >= 1; thread 0 is the caller of `run`),
-    /// blocking-pool threads `{name}-blocking`.
-    pub(crate) name: Arc<str>,
+    /// blocking-pool threads `{name}-blocking`; without a name, `smarm-worker-{k}` and
+    /// `smarm-blocking`.
+    pub(crate) name: Option<Arc<str>>,
     pub(crate) on_start: Option<ThreadHook>,
     pub(crate) on_stop: Option<ThreadHook>,
 }
 
 /// A thread hook of the builder.
 pub(crate) type ThreadHook = Arc<dyn Fn() + Send + Sync>;
-
-impl Default for ThreadSetup {
-    fn default() -> Self {
-        ThreadSetup { name: Arc::from(DEFAULT_THREAD_NAME), on_start: None, on_stop: None }
-    }
-}
 
 impl std::fmt::Debug for ThreadSetup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -175,12 +170,18 @@ impl std::fmt::Debug for ThreadSetup {
 impl ThreadSetup {
     /// The name of scheduler thread `k` (k >= 1).
     pub(crate) fn scheduler_name(&self, k: usize) -> String {
-        format!("{}-{k}", self.name)
+        match &self.name {
+            Some(name) => format!("{name}-{k}"),
+            None => format!("smarm-worker-{k}"),
+        }
     }
 
     /// The name of blocking-pool threads.
     pub(crate) fn blocking_name(&self) -> String {
-        format!("{}-blocking", self.name)
+        match &self.name {
+            Some(name) => format!("{name}-blocking"),
+            None => "smarm-blocking".to_owned(),
+        }
     }
 
     /// Runs the start hook, if any, on the calling thread.
@@ -212,9 +213,6 @@ fn run_thread_hook(hook: &ThreadHook, what: &str) {
         std::process::abort();
     }
 }
-
-/// Default prefix of the runtime's thread names (see [`Builder::thread_name`]).
-pub const DEFAULT_THREAD_NAME: &str = "smarm-worker";
 
 /// Configures a [`Runtime`].
 ///
@@ -437,7 +435,7 @@ impl Builder {
 
     /// Names the runtime's OS threads: scheduler threads are `{name}-1`, `{name}-2`, ...
     /// (thread 0 is the thread that calls [`Runtime::run`], which keeps its name), blocking-pool
-    /// threads are `{name}-blocking` (default prefix [`DEFAULT_THREAD_NAME`]). Linux shows
+    /// threads are `{name}-blocking` (default: `smarm-worker-1`, ... and `smarm-blocking`). Linux shows
     /// the first 15 bytes in `top` and `/proc`; Rust's `Thread::name` has all of it.
     ///
     /// ```
@@ -450,7 +448,7 @@ impl Builder {
     /// assert!(names.iter().flatten().all(|n| n == "api-1" || !n.starts_with("api")));
     /// ```
     pub fn thread_name(mut self, name: impl Into<String>) -> Self {
-        self.threads_setup.name = Arc::from(name.into());
+        self.threads_setup.name = Some(Arc::from(name.into()));
         self
     }
 
