@@ -136,7 +136,10 @@ fn a_named_spawn_whose_name_is_taken_runs_nothing_and_notifies_nobody() {
             assert!(matches!(e, SpawnError::NameTaken { .. }));
             assert_eq!(smarm::whereis("taken"), Some(holder.pid()), "the holder keeps its name");
             // No Exit (link) and no Down (monitor) from the refused spawn.
-            assert_eq!(smarm::recv_signal_timeout(Duration::from_millis(50)), None);
+            assert!(matches!(
+                smarm::recv_signal_timeout(Duration::from_millis(50)),
+                Err(smarm::RecvTimeoutError::Timeout)
+            ));
             assert!(!ran.load(Ordering::SeqCst), "the refused closure never ran");
             // Its actor was stopped before it started: the closure is dropped once it retires.
             while Arc::strong_count(&alive) > 1 {
