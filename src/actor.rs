@@ -55,7 +55,8 @@ pub(crate) enum Intent {
 /// with the head of [`Slot`](crate::slot_state::Slot) they share one cache line.
 #[repr(C)]
 pub(crate) struct ActorCell {
-    /// Saved sp while the actor is suspended.
+    /// Saved sp while the actor is suspended. Before its first run: the length of a stack
+    /// its spawn mapped for it alone (at `stack_base`), or 0 if it takes one from the pool.
     pub(crate) sp: usize,
     /// Saved sp of the scheduler thread currently running the actor (written by
     /// `switch_to_actor`).
@@ -83,7 +84,9 @@ pub(crate) struct ActorCell {
     /// Bound to one thread (`spawn_pinned`): its first run pins it (`Slot::pinned`) to the
     /// thread running it, for good.
     pub(crate) thread_bound: bool,
-    /// The actor's stack as `Stack::into_raw` parts; `(0, 0)` when none.
+    /// The actor's stack as `Stack::into_raw` parts; `(0, 0)` when none. `stack_len` is 0
+    /// until the first run binds the stack (the first-run test); `stack_base` may be set
+    /// before, by a spawn that mapped a stack of its own (see `sp`).
     pub(crate) stack_len: usize,
     pub(crate) stack_base: usize,
     /// The spawned task (closure + join packet), or None.
@@ -363,11 +366,29 @@ impl<T> JoinHandle<T> {
     }
 
     /// The actor's pid.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let h = smarm::spawn(smarm::current_pid);
+    ///     let pid = h.pid();
+    ///     assert_eq!(h.join(), Ok(pid));
+    /// });
+    /// ```
     pub fn pid(&self) -> Pid {
         self.pid
     }
 
     /// True once the actor has ended (join will not block).
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let h = smarm::spawn(|| ());
+    ///     while !h.is_finished() {
+    ///         smarm::yield_now();
+    ///     }
+    ///     assert_eq!(h.join(), Ok(())); // does not block now
+    /// });
+    /// ```
     pub fn is_finished(&self) -> bool {
         self.inner.packet().state.lock().done
     }
@@ -376,6 +397,16 @@ impl<T> JoinHandle<T> {
     /// ([`DownReason::Panic`] with the message, [`DownReason::Shutdown`], ...).
     ///
     /// From an actor this parks the actor; from a plain thread it blocks the thread.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     assert_eq!(smarm::spawn(|| 7).join(), Ok(7));
+    ///     assert_eq!(smarm::spawn(|| -> u8 { panic!("no") }).join(), Err(smarm::DownReason::Panic("no".into())));
+    ///     // From a plain thread too: it blocks the thread.
+    ///     let h = smarm::spawn(|| 8);
+    ///     assert_eq!(std::thread::spawn(move || h.join()).join().unwrap(), Ok(8));
+    /// });
+    /// ```
     pub fn join(self) -> Result<T, DownReason> {
         let packet = self.inner.packet();
         loop {

@@ -14,6 +14,31 @@
 //!   thread, so no actor stack ever uses a thread-local address across a switch.
 //! - A key's id is assigned once, from a global counter, at its first use. Only the key's
 //!   own initialiser makes values under its id, so the value under an id is always a `T`.
+//!
+//! # Example
+//!
+//! A per-actor request counter: each actor sees its own value, across blocking calls and
+//! thread migrations.
+//!
+//! ```
+//! use std::cell::Cell;
+//! smarm::actor_local! { static SEEN: Cell<u32> = Cell::new(0); }
+//!
+//! smarm::run(|| {
+//!     let hs: Vec<_> = (0..4)
+//!         .map(|_| smarm::spawn(|| {
+//!             for _ in 0..10 {
+//!                 SEEN.with(|c| c.set(c.get() + 1));
+//!                 smarm::yield_now(); // may resume on another thread: the value follows
+//!             }
+//!             SEEN.with(Cell::get)
+//!         }))
+//!         .collect();
+//!     for h in hs {
+//!         assert_eq!(h.join(), Ok(10));
+//!     }
+//! });
+//! ```
 
 use std::any::Any;
 use std::cell::UnsafeCell;

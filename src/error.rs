@@ -4,8 +4,28 @@ use std::fmt;
 use std::io;
 
 use crate::exit::DownReason;
+use crate::slot_state::Pid;
 
 /// A [`Builder`](crate::Builder) setting that cannot work.
+///
+/// ```
+/// let e = smarm::Runtime::builder().threads(0).build().unwrap_err();
+/// assert!(matches!(e, smarm::BuildError::ZeroThreads));
+/// assert!(e.to_string().contains("thread"));
+/// ```
+///
+/// `#[non_exhaustive]`: settings may be added, so a match needs a wildcard arm.
+///
+/// ```compile_fail,E0004
+/// fn describe(e: smarm::BuildError) -> &'static str {
+///     use smarm::BuildError::*;
+///     match e {
+///         ZeroThreads | TooManyThreads { .. } | ZeroMaxActors | TooManyActors { .. } => "counts",
+///         StackTooSmall { .. } | StackTooLarge { .. } => "stack",
+///         ZeroLifoRunLimit | ZeroTimeslice | ZeroBlockingThreads => "scheduling",
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum BuildError {
@@ -75,7 +95,26 @@ impl fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {}
 
-/// Why [`try_spawn`](crate::try_spawn) could not create an actor.
+/// Why [`try_spawn`](crate::try_spawn) (or any other `try_` spawn) could not create an
+/// actor.
+///
+/// ```
+/// // Outside a runtime there is nothing to spawn on.
+/// let e = smarm::try_spawn(|| ()).unwrap_err();
+/// assert!(matches!(e, smarm::SpawnError::NoRuntime));
+/// ```
+///
+/// `#[non_exhaustive]`: a match needs a wildcard arm.
+///
+/// ```compile_fail,E0004
+/// fn retry(e: &smarm::SpawnError) -> bool {
+///     use smarm::SpawnError::*;
+///     match e {
+///         Full { .. } | Stack(_) => true,
+///         ShuttingDown | NoRuntime => false,
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum SpawnError {
@@ -91,6 +130,25 @@ pub enum SpawnError {
     /// Mapping the actor's stack failed (out of memory or out of memory maps; the message
     /// names `vm.max_map_count`).
     Stack(io::Error),
+    /// [`SpawnOptions::stack_size`](crate::SpawnOptions::stack_size) outside
+    /// [`MIN_STACK_SIZE`](crate::MIN_STACK_SIZE)..=[`MAX_STACK_SIZE`](crate::MAX_STACK_SIZE).
+    InvalidStackSize {
+        /// The value passed to the options.
+        requested: usize,
+        /// The smallest accepted value.
+        minimum: usize,
+        /// The largest accepted value.
+        maximum: usize,
+    },
+    /// [`SpawnOptions::name`](crate::SpawnOptions::name) names a live actor already (OTP's
+    /// `{error, {already_started, Pid}}`); nothing ran.
+    NameTaken {
+        /// The actor registered under the name.
+        holder: Pid,
+    },
+    /// A [`Handle`](crate::Handle)'s runtime is not running: [`Runtime::run`](crate::Runtime::run)
+    /// has not started it yet, or it has ended.
+    NotRunning,
 }
 
 impl fmt::Display for SpawnError {
@@ -102,6 +160,11 @@ impl fmt::Display for SpawnError {
             SpawnError::ShuttingDown => f.write_str("smarm: the runtime is shutting down"),
             SpawnError::NoRuntime => f.write_str("smarm: spawn called outside a smarm runtime (not from an actor)"),
             SpawnError::Stack(e) => write!(f, "{e}"),
+            SpawnError::InvalidStackSize { requested, minimum, maximum } => {
+                write!(f, "smarm: stack_size {requested} bytes is outside the accepted {minimum}..={maximum} bytes")
+            }
+            SpawnError::NameTaken { holder } => write!(f, "smarm: the name is already registered by {holder}"),
+            SpawnError::NotRunning => f.write_str("smarm: the handle's runtime is not running (not started, or ended)"),
         }
     }
 }
@@ -116,6 +179,24 @@ impl std::error::Error for SpawnError {
 }
 
 /// Why [`Runtime::run`](crate::Runtime::run) did not return the root's value.
+///
+/// ```
+/// let rt = smarm::Runtime::builder().quiet_panics(true).build().unwrap();
+/// let e = rt.run(|| -> u32 { panic!("boom") }).unwrap_err();
+/// assert!(matches!(e, smarm::RunError::Root(smarm::DownReason::Panic(ref m)) if m == "boom"));
+/// ```
+///
+/// `#[non_exhaustive]`: a match needs a wildcard arm.
+///
+/// ```compile_fail,E0004
+/// fn code(e: smarm::RunError) -> i32 {
+///     match e {
+///         smarm::RunError::Root(_) => 1,
+///         smarm::RunError::Spawn(_) => 2,
+///         smarm::RunError::Nested => 3,
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RunError {
@@ -137,7 +218,14 @@ impl fmt::Display for RunError {
     }
 }
 
-impl std::error::Error for RunError {}
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Spawn(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Why a lookup by name ([`whereis_addr`](crate::whereis_addr),
 /// [`send_named`](crate::send_named)) or by pid ([`Addr::from_pid`](crate::Addr::from_pid))

@@ -168,7 +168,7 @@ mod api {
     pub use crate::process::{shutdown, shutdown_handle, ShutdownHandle};
     pub use crate::run::run;
     pub use crate::runtime::{
-        Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_MAX_BLOCKING_THREADS,
+        ActorPanic, Builder, Runtime, DEFAULT_LIFO_RUN_LIMIT, DEFAULT_MAX_ACTORS, DEFAULT_MAX_BLOCKING_THREADS,
         DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_STACK_SIZE, DEFAULT_TIMESLICE_CYCLES, MAX_STACK_SIZE, MAX_THREADS,
         MIN_STACK_SIZE,
     };
@@ -176,6 +176,10 @@ mod api {
     pub use crate::task::{
         current_pid, current_thread_index, send_named, sleep, spawn, spawn_actor, spawn_link, spawn_monitor,
         spawn_pinned, try_current_pid, try_spawn, try_spawn_actor, try_spawn_pinned, whereis_addr, yield_now,
+    };
+    pub use crate::task::{
+        spawn_actor_link, spawn_actor_monitor, try_spawn_actor_link, try_spawn_actor_monitor, try_spawn_link,
+        try_spawn_monitor, Handle, SpawnOptions,
     };
     pub use crate::timer::{cancel as cancel_timer, send_after, send_after_addr, TimerRef};
 

@@ -75,6 +75,15 @@ pub struct BlockingHandle<T> {
 impl<T: Send> BlockingHandle<T> {
     /// Waits for the closure (parking the actor, or blocking a plain thread). Its value, or
     /// `Panic(message)` if it panicked, or `Shutdown` if the runtime shut down before it ran.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let h = smarm::spawn_blocking(|| std::fs::metadata("/").is_ok());
+    ///     assert_eq!(h.join(), Ok(true)); // parks the actor, not its thread
+    ///     let failed = smarm::spawn_blocking(|| -> u8 { panic!("in the pool") });
+    ///     assert!(matches!(failed.join(), Err(smarm::DownReason::Panic(_))));
+    /// });
+    /// ```
     pub fn join(self) -> Result<T, DownReason> {
         self.rx.recv().unwrap_or(Err(DownReason::Shutdown))
     }

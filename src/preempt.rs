@@ -141,6 +141,13 @@ pub struct NoPreempt {
 
 impl NoPreempt {
     /// Suppresses preemption of the calling actor until dropped. Off a runtime it is inert.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let _guard = smarm::NoPreempt::new();
+    ///     smarm::maybe_preempt(); // does not yield while the guard lives
+    /// });
+    /// ```
     pub fn new() -> NoPreempt {
         let owner = running_actor().map(|(slot, pid)| {
             // SAFETY: the running actor's own control block, on its own thread.

@@ -460,7 +460,15 @@ impl Drop for ProcTable {
 unsafe impl crate::zeroed::ZeroValid for ProcLock {}
 
 /// The scheduler's hooks into the process layer (passed to `Runtime::run_hooked`).
-pub(crate) static HOOKS: Hooks = Hooks { new_world: World::new_boxed, on_exit, exit_reason: pending_exit_reason };
+pub(crate) static HOOKS: Hooks =
+    Hooks { new_world: World::new_boxed, on_exit, exit_reason: pending_exit_reason, name_of: registered_name };
+
+/// The name `pid` is registered under (for the scheduler's panic report). Takes the actor's
+/// process lock: called from the panicking actor itself, which never runs user code (and so
+/// never panics) while holding it.
+fn registered_name(sh: &Shared, pid: Pid) -> Option<String> {
+    proc_lock(sh, pid)?.lock().existing(pid.generation())?.name.clone()
+}
 
 /// The process layer's state of `sh`.
 #[inline]
@@ -1137,13 +1145,26 @@ pub(crate) fn pop_root_supervisor() -> Option<Pid> {
 /// supervision trees in reverse start order, then the remaining actors are shut down and
 /// [`Runtime::run`](crate::Runtime::run) returns `Err(RunError::Root(Shutdown))`.
 ///
-/// # Panics
-/// Outside an actor.
-pub fn shutdown() {
-    let (sh, _) = me("shutdown");
+/// Returns true if a shutdown was requested. Outside an actor there is no runtime to stop:
+/// it does nothing and returns false; a plain thread stops a runtime through its
+/// [`Handle::shutdown`](crate::Handle::shutdown).
+///
+/// ```
+/// assert!(!smarm::shutdown()); // no runtime here
+/// let r = smarm::Runtime::builder().build().unwrap().run(|| {
+///     assert!(smarm::shutdown());
+///     loop { smarm::sleep(std::time::Duration::from_millis(1)) } // stopped here
+/// });
+/// assert!(matches!(r, Err(smarm::RunError::Root(smarm::DownReason::Shutdown))));
+/// ```
+pub fn shutdown() -> bool {
+    let Some((sh, _)) = current_shared() else { return false };
+    // SAFETY: the runtime outlives its running actor.
+    let sh = unsafe { &*sh };
     if let Some(root) = sh.root_pid() {
         stop_with(sh, root, DownReason::Shutdown);
     }
+    true
 }
 
 /// A handle that starts the graceful [`shutdown`] of a runtime from anywhere: another

@@ -119,7 +119,11 @@ impl Registry {
 /// ```
 pub fn register(name: impl Into<String>, pid: Pid) -> Result<(), RegisterError> {
     let sh = current_runtime().ok_or(RegisterError::NoRuntime)?;
-    let name = name.into();
+    register_in(sh, name.into(), pid)
+}
+
+/// [`register`] in the runtime `sh`, from any thread (`SpawnOptions::name`).
+pub(crate) fn register_in(sh: &Shared, name: String, pid: Pid) -> Result<(), RegisterError> {
     let lock = proc_lock(sh, pid).ok_or(RegisterError::NoProc)?;
     let mut slot = lock.lock();
     if !alive_locked(sh, &slot, pid) {

@@ -14,6 +14,11 @@ impl Runtime {
     /// actors are shut down ([`DownReason::Shutdown`] at their next runtime call), their
     /// stacks freed and the threads joined; then `run` returns the root's value, or
     /// [`RunError::Root`] if the root panicked.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().threads(2).build().unwrap();
+    /// assert_eq!(rt.run(|| smarm::spawn(|| 20).join().unwrap() + 22).unwrap(), 42);
+    /// ```
     pub fn run<F, T>(self, root: F) -> Result<T, RunError>
     where
         F: FnOnce() -> T + Send + 'static,

@@ -67,10 +67,14 @@ pub(crate) struct Stack {
 unsafe impl Send for Stack {}
 
 impl Stack {
+    /// The mapped length (guard page included) of a stack of `usable` bytes.
+    pub(crate) fn mapped_len(usable: usize) -> usize {
+        usable.div_ceil(PAGE) * PAGE + GUARD_BYTES
+    }
+
     /// Maps a stack with `usable` bytes (rounded up to whole pages) above a guard page.
     pub(crate) fn new(usable: usize) -> io::Result<Stack> {
-        let usable = usable.div_ceil(PAGE) * PAGE;
-        let len = usable + GUARD_BYTES;
+        let len = Stack::mapped_len(usable);
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing; no
         // existing memory is affected.
         let base = unsafe {
@@ -226,7 +230,7 @@ impl StackPool {
     }
 
     fn fresh(&self) -> io::Result<Stack> {
-        let len = self.usable.div_ceil(PAGE) * PAGE + GUARD_BYTES;
+        let len = Stack::mapped_len(self.usable);
         {
             let mut global = GLOBAL_WARM.lock();
             if let Some(i) = global.iter().rposition(|s| s.len == len) {

@@ -1,6 +1,34 @@
 //! The timer API: [`send_after`], [`send_after_addr`] and [`cancel`]. Deadlines live on the
 //! runtime's timing wheel (`wheel`, layer 1); timed waits use lazy timeouts
 //! (`runtime::lazy`). Layer 3.
+//!
+//! # Example
+//!
+//! A periodic tick to oneself (re-armed on each tick), and a timeout that is cancelled.
+//!
+//! ```
+//! use std::time::Duration;
+//! smarm::run(|| {
+//!     let (tx, rx) = smarm::channel::oneshot();
+//!     let ticker = smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| {
+//!         let me = mb.addr();
+//!         smarm::send_after_addr(Duration::from_millis(1), &me, 1);
+//!         while let smarm::Envelope::Msg(n) = mb.recv() {
+//!             if n == 3 {
+//!                 tx.send(n).unwrap();
+//!                 return;
+//!             }
+//!             smarm::send_after_addr(Duration::from_millis(1), &me, n + 1);
+//!         }
+//!     });
+//!     assert_eq!(rx.recv(), Ok(3));
+//!     let (alarm_tx, alarm_rx) = smarm::channel::channel::<&str>();
+//!     let alarm = smarm::send_after(Duration::from_secs(30), &alarm_tx, "too late");
+//!     assert!(smarm::cancel_timer(alarm).is_some());
+//!     drop((alarm_tx, ticker));
+//!     assert!(alarm_rx.recv().is_err());
+//! });
+//! ```
 
 use std::time::{Duration, Instant};
 
@@ -18,21 +46,14 @@ pub struct TimerRef {
 enum RefKind {
     /// On a runtime's timing wheel (the runtime may be gone: then the timer is too).
     Runtime { rt: std::sync::Weak<crate::runtime::Shared>, key: TimerKey },
-    /// Off-runtime: a helper thread waiting on a condition variable.
-    Thread(std::sync::Arc<ThreadTimer>),
-}
-
-#[derive(Debug)]
-struct ThreadTimer {
-    deadline: Instant,
-    /// 0 pending, 1 fired, 2 cancelled.
-    state: std::sync::Mutex<u8>,
-    cv: std::sync::Condvar,
+    /// Off-runtime: on the process's one timer thread (`off_runtime`).
+    Thread { id: u64, deadline: Instant },
 }
 
 /// Sends `msg` on `sender` once `delay` has passed (never earlier). Returns a handle for
-/// [`cancel`]. From an actor the runtime's timer structure holds it; from a plain thread a
-/// helper thread does. A delay too long for `Instant` (`Duration::MAX`) counts as 100 years,
+/// [`cancel`]. From an actor the runtime's timer structure holds it; from a plain thread the
+/// process's one timer thread does (started on demand, it ends when no timer is left: never
+/// a thread per timer). A delay too long for `Instant` (`Duration::MAX`) counts as 100 years,
 /// as does every timeout in smarm (a "wait forever" never panics on the addition).
 ///
 /// ```
@@ -62,12 +83,15 @@ pub fn send_after<T: Send + 'static>(delay: Duration, sender: &crate::channel::S
             Err(crate::channel::TrySendError::Full(msg)) => {
                 let msg = DropOnActor::new(msg);
                 if let Some(sh) = rt.upgrade() {
-                    let _ = sh.spawn(
-                        move || {
-                            let _ = tx.send(msg.into_inner());
-                        },
-                        false,
-                    );
+                    // From scheduler code, not an actor: counted as a spawner meanwhile.
+                    let _ = sh.spawn_outside(|sh| {
+                        sh.spawn(
+                            move || {
+                                let _ = tx.send(msg.into_inner());
+                            },
+                            false,
+                        )
+                    });
                 }
             }
             Err(crate::channel::TrySendError::Disconnected(msg)) => drop(DropOnActor::new(msg)),
@@ -78,33 +102,35 @@ pub fn send_after<T: Send + 'static>(delay: Duration, sender: &crate::channel::S
         }
         return TimerRef { kind: RefKind::Runtime { rt: std::sync::Arc::downgrade(&shared), key } };
     }
-    let t =
-        std::sync::Arc::new(ThreadTimer { deadline, state: std::sync::Mutex::new(0), cv: std::sync::Condvar::new() });
-    let t2 = t.clone();
-    std::thread::Builder::new()
-        .name("smarm-send-after".into())
-        .spawn(move || {
-            let mut st = t2.state.lock().unwrap_or_else(|e| e.into_inner());
-            loop {
-                if *st == 2 {
-                    return;
-                }
-                let now = Instant::now();
-                if now >= t2.deadline {
-                    *st = 1;
-                    drop(st);
+    let id = off_runtime::insert(
+        deadline,
+        Box::new(move || {
+            // Never block the shared timer thread: a full bounded channel gets the message
+            // from a short-lived thread of its own.
+            if let Err(crate::channel::TrySendError::Full(msg)) = tx.try_send(msg) {
+                let _ = std::thread::Builder::new().name("smarm-send-after".into()).spawn(move || {
                     let _ = tx.send(msg);
-                    return;
-                }
-                st = t2.cv.wait_timeout(st, t2.deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+                });
             }
-        })
-        .expect("smarm: could not start a send_after helper thread");
-    TimerRef { kind: RefKind::Thread(t) }
+        }),
+    );
+    TimerRef { kind: RefKind::Thread { id, deadline } }
 }
 
 /// Cancels a [`send_after`]. Returns the time that was left, or `None` if it already fired
 /// (or its runtime has ended).
+///
+/// ```
+/// use std::time::Duration;
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::channel::<&str>();
+///     let t = smarm::send_after(Duration::from_secs(60), &tx, "never");
+///     let left = smarm::cancel_timer(t).unwrap();
+///     assert!(left <= Duration::from_secs(60));
+///     drop(tx);
+///     assert!(rx.recv().is_err()); // nothing was sent
+/// });
+/// ```
 pub fn cancel(timer: TimerRef) -> Option<Duration> {
     match timer.kind {
         RefKind::Runtime { rt, key } => {
@@ -112,14 +138,8 @@ pub fn cancel(timer: TimerRef) -> Option<Duration> {
             let deadline = rt.timers.deadline_of(key);
             rt.timers.cancel(key).then(|| deadline.saturating_duration_since(Instant::now()))
         }
-        RefKind::Thread(t) => {
-            let mut st = t.state.lock().unwrap_or_else(|e| e.into_inner());
-            if *st != 0 {
-                return None;
-            }
-            *st = 2;
-            t.cv.notify_one();
-            Some(t.deadline.saturating_duration_since(Instant::now()))
+        RefKind::Thread { id, deadline } => {
+            off_runtime::cancel(id).then(|| deadline.saturating_duration_since(Instant::now()))
         }
     }
 }
@@ -129,6 +149,18 @@ pub fn cancel(timer: TimerRef) -> Option<Duration> {
 ///
 /// # Panics
 /// Outside an actor.
+///
+/// ```
+/// use std::time::Duration;
+/// smarm::run(|| {
+///     let (tx, rx) = smarm::channel::oneshot();
+///     let addr = smarm::spawn_actor(move |mb: smarm::Mailbox<&str>| {
+///         if let smarm::Envelope::Msg(m) = mb.recv() { tx.send(m).unwrap(); }
+///     });
+///     smarm::send_after_addr(Duration::from_millis(2), &addr, "tick");
+///     assert_eq!(rx.recv(), Ok("tick"));
+/// });
+/// ```
 pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::mailbox::Addr<M>, msg: M) -> TimerRef {
     let deadline = deadline_after(Instant::now(), delay);
     let w = crate::runtime::current_worker();
@@ -153,4 +185,134 @@ pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::mailbox
         shared.wake_one();
     }
     TimerRef { kind: RefKind::Runtime { rt: std::sync::Arc::downgrade(&shared), key } }
+}
+
+/// Timers set from plain threads: one thread per process serves them all, from a min-heap
+/// of deadlines. It starts with the first pending timer and ends when none is left, so a
+/// process that never sets one has no such thread.
+///
+/// Invariants (under `STATE`'s lock): `running` is true exactly while a timer thread exists
+/// that will look at the heap again before it exits; every id in `actions` is in `heap`
+/// (a cancelled id leaves `actions` only, and is skipped when its deadline comes).
+mod off_runtime {
+    use std::cmp::Reverse;
+    use std::collections::{BinaryHeap, HashMap};
+    use std::sync::{Condvar, Mutex};
+    use std::time::Instant;
+
+    type Action = Box<dyn FnOnce() + Send>;
+
+    #[derive(Default)]
+    struct State {
+        heap: BinaryHeap<Reverse<(Instant, u64)>>,
+        actions: HashMap<u64, Action>,
+        next_id: u64,
+        running: bool,
+    }
+
+    static STATE: Mutex<Option<State>> = Mutex::new(None);
+    /// Signalled when a timer is inserted (it may be the new earliest).
+    static CHANGED: Condvar = Condvar::new();
+
+    fn lock() -> std::sync::MutexGuard<'static, Option<State>> {
+        // A panic never happens under the lock (actions run outside it); recover anyway.
+        STATE.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `action` for `deadline`; returns its id for [`cancel`].
+    pub(super) fn insert(deadline: Instant, action: Action) -> u64 {
+        let mut guard = lock();
+        let st = guard.get_or_insert_with(State::default);
+        let id = st.next_id;
+        st.next_id += 1;
+        st.heap.push(Reverse((deadline, id)));
+        st.actions.insert(id, action);
+        if !st.running {
+            st.running = true;
+            let started = std::thread::Builder::new().name("smarm-timer".into()).spawn(serve);
+            if started.is_err() {
+                st.running = false;
+                drop(guard);
+                panic!("smarm: could not start the send_after timer thread");
+            }
+        }
+        CHANGED.notify_one();
+        id
+    }
+
+    /// Removes timer `id`; true if it had not fired yet.
+    pub(super) fn cancel(id: u64) -> bool {
+        lock().as_mut().is_some_and(|st| st.actions.remove(&id).is_some())
+    }
+
+    /// The timer thread: fires what is due, sleeps until the earliest deadline, and exits
+    /// once nothing is pending.
+    fn serve() {
+        let mut guard = lock();
+        loop {
+            let st = guard.as_mut().expect("made by insert");
+            let now = Instant::now();
+            let mut due = Vec::new();
+            while let Some(&Reverse((deadline, id))) = st.heap.peek() {
+                if !st.actions.contains_key(&id) {
+                    st.heap.pop(); // cancelled
+                    continue;
+                }
+                if deadline > now {
+                    break;
+                }
+                st.heap.pop();
+                due.push(st.actions.remove(&id).expect("checked"));
+            }
+            if !due.is_empty() {
+                drop(guard);
+                for action in due {
+                    // An action only sends; should it panic, the thread serves on.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(action));
+                }
+                guard = lock();
+                continue;
+            }
+            let Some(&Reverse((deadline, _))) = st.heap.peek() else {
+                st.running = false;
+                return;
+            };
+            guard = CHANGED.wait_timeout(guard, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use std::sync::mpsc;
+        use std::time::Duration;
+
+        #[test]
+        fn many_timers_share_one_thread_fire_in_deadline_order_and_cancel() {
+            let (tx, rx) = mpsc::channel();
+            let now = std::time::Instant::now();
+            let mut ids = Vec::new();
+            for i in (0..20u64).rev() {
+                let tx = tx.clone();
+                ids.push((i, super::insert(now + Duration::from_millis(i), Box::new(move || tx.send(i).unwrap()))));
+            }
+            let threads = || {
+                std::fs::read_dir("/proc/self/task")
+                    .unwrap()
+                    .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                    .filter(|c| c.trim() == "smarm-timer")
+                    .count()
+            };
+            assert!(threads() <= 1, "one timer thread for 20 timers");
+            // Cancel the odd ones.
+            for (i, id) in &ids {
+                if i % 2 == 1 {
+                    assert!(super::cancel(*id));
+                }
+            }
+            drop(tx);
+            let got: Vec<u64> = rx.iter().collect();
+            assert_eq!(got, (0..20).filter(|i| i % 2 == 0).collect::<Vec<_>>());
+            assert!(!super::cancel(ids[0].1), "fired timers cannot be cancelled");
+        }
+    }
 }

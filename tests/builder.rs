@@ -342,3 +342,32 @@ fn largest_slab_is_allocated_lazily() {
         grew >> 20
     );
 }
+
+/// Every public error is a `std::error::Error` that can cross threads and be boxed.
+fn assert_std_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> Box<dyn std::error::Error + Send + Sync> {
+    Box::new(e)
+}
+
+#[test]
+fn runtime_errors_are_std_errors_with_sources() {
+    let build = assert_std_error(Runtime::builder().threads(0).build().unwrap_err());
+    assert!(build.source().is_none());
+    // A failed root spawn keeps the spawn error as its source.
+    let run = assert_std_error(RunError::Spawn(SpawnError::Full { max_actors: 1 }));
+    let source = run.source().expect("RunError::Spawn has a source");
+    assert_eq!(source.to_string(), SpawnError::Full { max_actors: 1 }.to_string());
+    let stack = assert_std_error(SpawnError::Stack(std::io::Error::other("no maps")));
+    assert_eq!(stack.source().expect("SpawnError::Stack has a source").to_string(), "no maps");
+    assert!(assert_std_error(RunError::Nested).source().is_none());
+}
+
+#[test]
+fn the_default_slab_is_otps_process_limit_and_commits_no_memory_up_front() {
+    assert_eq!(smarm::DEFAULT_MAX_ACTORS, 262_144, "OTP's default process limit");
+    let before = rss_bytes();
+    let during = Runtime::builder().threads(1).build().unwrap().run(rss_bytes).unwrap();
+    // 262,144 control blocks, queue cells and process-table slots written eagerly would be
+    // tens of megabytes.
+    let grown = during.saturating_sub(before);
+    assert!(grown < 8 << 20, "a default runtime committed {grown} bytes up front");
+}

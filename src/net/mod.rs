@@ -34,6 +34,37 @@
 //! An operation that succeeds does not park, so an actor reading a socket that always has
 //! data would never yield; each operation counts toward the actor's timeslice
 //! ([`crate::maybe_preempt`]), as every runtime call does.
+//!
+//! # Example
+//!
+//! An echo server and its client, each an actor; every read, write and accept parks only
+//! the actor that makes it.
+//!
+//! ```
+//! use std::io::{Read, Write};
+//! use smarm::net::{TcpListener, TcpStream};
+//!
+//! smarm::run(|| {
+//!     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+//!     let addr = listener.local_addr().unwrap();
+//!     smarm::spawn(move || {
+//!         for stream in listener.incoming() {
+//!             let mut stream = stream.unwrap();
+//!             smarm::spawn(move || {
+//!                 let mut buf = [0u8; 64];
+//!                 while let Ok(n @ 1..) = stream.read(&mut buf) {
+//!                     stream.write_all(&buf[..n]).unwrap();
+//!                 }
+//!             });
+//!         }
+//!     });
+//!     let mut client = TcpStream::connect(addr).unwrap();
+//!     client.write_all(b"echo me").unwrap();
+//!     let mut buf = [0u8; 7];
+//!     client.read_exact(&mut buf).unwrap();
+//!     assert_eq!(&buf, b"echo me");
+//! });
+//! ```
 
 /// `AsRawFd` and `AsFd` for a socket type with a `core` field.
 macro_rules! fd_impls {

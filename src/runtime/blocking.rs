@@ -41,6 +41,8 @@ struct Inner {
     exited: Condvar,
     max_threads: usize,
     keep_alive: Duration,
+    /// Thread name and start/stop hooks (the runtime's builder).
+    setup: super::ThreadSetup,
 }
 
 pub(crate) struct BlockingPool {
@@ -56,8 +58,15 @@ impl BlockingPool {
                 exited: Condvar::new(),
                 max_threads,
                 keep_alive,
+                setup: super::ThreadSetup::default(),
             }),
         }
+    }
+
+    /// The pool with its threads named and hooked per `setup` (before any thread started).
+    pub(crate) fn with_threads(mut self, setup: super::ThreadSetup) -> BlockingPool {
+        Arc::get_mut(&mut self.inner).expect("a new pool").setup = setup;
+        self
     }
 
     /// Queues `job`; `Err(job)` once the pool has shut down, or if no thread exists and none
@@ -76,7 +85,8 @@ impl BlockingPool {
         if st.threads < self.inner.max_threads {
             st.threads += 1;
             let inner = self.inner.clone();
-            let spawned = std::thread::Builder::new().name("smarm-blocking".into()).spawn(move || worker(inner));
+            let spawned =
+                std::thread::Builder::new().name(self.inner.setup.blocking_name()).spawn(move || worker(inner));
             if spawned.is_err() {
                 st.threads -= 1;
                 if st.threads == 0 {
@@ -122,6 +132,16 @@ impl BlockingPool {
 }
 
 fn worker(inner: Arc<Inner>) {
+    inner.setup.started();
+    serve(&inner);
+    inner.setup.stopped();
+    let mut st = inner.state.lock();
+    st.threads -= 1;
+    inner.exited.notify_all();
+}
+
+/// Runs jobs until shutdown or the keep-alive ends.
+fn serve(inner: &Inner) {
     let mut st = inner.state.lock();
     loop {
         if let Some(job) = st.queue.pop_front() {
@@ -141,8 +161,6 @@ fn worker(inner: Arc<Inner>) {
             break;
         }
     }
-    st.threads -= 1;
-    inner.exited.notify_all();
 }
 
 #[cfg(test)]

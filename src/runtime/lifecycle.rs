@@ -12,8 +12,10 @@
 //! # The protocol
 //!
 //! 1. Spawn ([`Lifecycle::spawned`]): add one live actor. The spawner is itself a live actor
-//!    (the root is spawned before any scheduler thread runs), so the count is not zero here
-//!    and cannot reach zero before this increment.
+//!    (the root is spawned before any scheduler thread runs), or counts as one for the
+//!    spawn's duration (`Shared::spawn_outside`: one increment before, one retirement
+//!    after), so the count is not zero here and cannot reach zero before this increment
+//!    unless the runtime has finished, and then the spawn sees the flag and refuses.
 //! 2. A non-root actor retires ([`Lifecycle::retire`]): subtract one. If the RMW saw one live
 //!    actor and the flag set, it retired the last actor after shutdown began: the caller
 //!    finishes (step 4).

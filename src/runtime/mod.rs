@@ -75,6 +75,7 @@ pub(crate) use cancel::{check_cancelled_current, current_cancel_reason, defer_st
 use idle::Idle;
 pub(crate) use lazy::{park_until, sleep, WaitLimit};
 use lifecycle::Lifecycle;
+pub use unwind::ActorPanic;
 pub(crate) use unwind::{mark_current_unwinding, set_current_exit_override, take_current_exit_override};
 pub(crate) use worker::{current_actor_pid as current_shared, current_actor_slot, current_worker, park_current};
 
@@ -89,8 +90,12 @@ pub const MAX_THREADS: usize = 4096;
 /// Default usable stack size: enough for `deep_recursion` (1,000 frames of 256 bytes) with
 /// room to spare; committed lazily by the kernel.
 pub const DEFAULT_STACK_SIZE: usize = 512 * 1024;
-/// Default slab size.
-pub const DEFAULT_MAX_ACTORS: usize = 16_384;
+/// Default slab size: 262,144 live actors, OTP's default process limit (`+P`). The slab,
+/// the run queue and the process table are zero-mapped and committed only as slots are
+/// used, so the default costs address space (about 50 MB more than 16,384 slots), not
+/// memory: a runtime of either size starts in the same ~0.2 ms with the same ~0.3 MB of
+/// RSS.
+pub const DEFAULT_MAX_ACTORS: usize = 262_144;
 /// Default timeslice in rdtsc ticks (about 40 us at 2.5 GHz).
 pub const DEFAULT_TIMESLICE_CYCLES: u64 = 100_000;
 /// Default number of consecutive wake-slot runs before a thread serves the shared queue.
@@ -100,7 +105,7 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::f
 /// Default number of released stacks each runtime keeps mapped for reuse.
 pub const DEFAULT_WARM_STACKS: usize = 1024;
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) threads: usize,
     pub(crate) max_actors: usize,
@@ -111,6 +116,102 @@ pub(crate) struct Config {
     pub(crate) shutdown_timeout: std::time::Duration,
     pub(crate) warm_stacks: usize,
     pub(crate) max_blocking_threads: usize,
+    pub(crate) threads_setup: ThreadSetup,
+    /// `Builder::on_actor_panic`.
+    pub(crate) on_actor_panic: Option<PanicHook>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("threads", &self.threads)
+            .field("max_actors", &self.max_actors)
+            .field("stack_size", &self.stack_size)
+            .field("timeslice_cycles", &self.timeslice_cycles)
+            .field("lifo_run_limit", &self.lifo_run_limit)
+            .field("quiet_panics", &self.quiet_panics)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("warm_stacks", &self.warm_stacks)
+            .field("max_blocking_threads", &self.max_blocking_threads)
+            .field("threads_setup", &self.threads_setup)
+            .field("on_actor_panic", &self.on_actor_panic.is_some())
+            .finish()
+    }
+}
+
+/// The hook of [`Builder::on_actor_panic`].
+pub(crate) type PanicHook = Arc<dyn Fn(&ActorPanic<'_>) + Send + Sync>;
+
+/// How the runtime's OS threads are named, and the hooks they run
+/// ([`Builder::thread_name`], [`Builder::on_thread_start`], [`Builder::on_thread_stop`]).
+#[derive(Clone, Default)]
+pub(crate) struct ThreadSetup {
+    /// Scheduler threads are `{name}-{k}` (k >= 1; thread 0 is the caller of `run`),
+    /// blocking-pool threads `{name}-blocking`; without a name, `smarm-worker-{k}` and
+    /// `smarm-blocking`.
+    pub(crate) name: Option<Arc<str>>,
+    pub(crate) on_start: Option<ThreadHook>,
+    pub(crate) on_stop: Option<ThreadHook>,
+}
+
+/// A thread hook of the builder.
+pub(crate) type ThreadHook = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for ThreadSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadSetup")
+            .field("name", &self.name)
+            .field("on_start", &self.on_start.is_some())
+            .field("on_stop", &self.on_stop.is_some())
+            .finish()
+    }
+}
+
+impl ThreadSetup {
+    /// The name of scheduler thread `k` (k >= 1).
+    pub(crate) fn scheduler_name(&self, k: usize) -> String {
+        match &self.name {
+            Some(name) => format!("{name}-{k}"),
+            None => format!("smarm-worker-{k}"),
+        }
+    }
+
+    /// The name of blocking-pool threads.
+    pub(crate) fn blocking_name(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{name}-blocking"),
+            None => "smarm-blocking".to_owned(),
+        }
+    }
+
+    /// Runs the start hook, if any, on the calling thread.
+    pub(crate) fn started(&self) {
+        if let Some(h) = &self.on_start {
+            run_thread_hook(h, "on_thread_start");
+        }
+    }
+
+    /// Runs the stop hook, if any, on the calling thread.
+    pub(crate) fn stopped(&self) {
+        if let Some(h) = &self.on_stop {
+            run_thread_hook(h, "on_thread_stop");
+        }
+    }
+}
+
+/// Runs a thread hook; a panic in it aborts the process, naming the hook (a runtime thread
+/// that vanished would take the actors pinned to it, or a pool slot, with it).
+fn run_thread_hook(hook: &ThreadHook, what: &str) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook())).is_err() {
+        use std::io::Write;
+        let thread = std::thread::current();
+        let _ = writeln!(
+            std::io::stderr(),
+            "smarm: the {what} hook panicked on thread {:?}; aborting",
+            thread.name().unwrap_or("<unnamed>")
+        );
+        std::process::abort();
+    }
 }
 
 /// Configures a [`Runtime`].
@@ -119,7 +220,7 @@ pub(crate) struct Config {
 /// let rt = smarm::Runtime::builder().threads(2).max_actors(1024).build().unwrap();
 /// assert_eq!(rt.run(|| 1 + 1).unwrap(), 2);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Builder {
     threads: Option<usize>,
     max_actors: usize,
@@ -130,6 +231,26 @@ pub struct Builder {
     warm_stacks: usize,
     shutdown_timeout: std::time::Duration,
     max_blocking_threads: usize,
+    threads_setup: ThreadSetup,
+    on_actor_panic: Option<PanicHook>,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("threads", &self.threads)
+            .field("max_actors", &self.max_actors)
+            .field("stack_size", &self.stack_size)
+            .field("timeslice_cycles", &self.timeslice_cycles)
+            .field("lifo_run_limit", &self.lifo_run_limit)
+            .field("quiet_panics", &self.quiet_panics)
+            .field("warm_stacks", &self.warm_stacks)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("max_blocking_threads", &self.max_blocking_threads)
+            .field("threads_setup", &self.threads_setup)
+            .field("on_actor_panic", &self.on_actor_panic.is_some())
+            .finish()
+    }
 }
 
 impl Default for Builder {
@@ -144,6 +265,8 @@ impl Default for Builder {
             warm_stacks: DEFAULT_WARM_STACKS,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_blocking_threads: blocking::DEFAULT_MAX_BLOCKING_THREADS,
+            threads_setup: ThreadSetup::default(),
+            on_actor_panic: None,
         }
     }
 }
@@ -151,47 +274,145 @@ impl Default for Builder {
 impl Builder {
     /// Number of scheduler threads (default: `available_parallelism()`; 1 to
     /// [`MAX_THREADS`], checked by [`build`](Builder::build)).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().threads(2).build().unwrap();
+    /// assert_eq!(rt.threads(), 2);
+    /// assert!(matches!(smarm::Runtime::builder().threads(0).build(), Err(smarm::BuildError::ZeroThreads)));
+    /// ```
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = Some(n);
         self
     }
-    /// Maximum number of live actors (default 16,384; up to 16,777,216).
+    /// Maximum number of live actors (default [`DEFAULT_MAX_ACTORS`], 262,144 as in OTP; 1 to
+    /// 16,777,216, checked by [`build`](Builder::build)). A spawn beyond it fails with
+    /// [`SpawnError::Full`]. Unused slots cost address space, not memory.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().max_actors(2).build().unwrap();
+    /// rt.run(|| {
+    ///     let _second = smarm::spawn(|| smarm::sleep(std::time::Duration::from_millis(5)));
+    ///     assert!(matches!(smarm::try_spawn(|| ()), Err(smarm::SpawnError::Full { max_actors: 2 })));
+    /// }).unwrap();
+    /// ```
     pub fn max_actors(mut self, n: usize) -> Self {
         self.max_actors = n;
         self
     }
     /// Usable stack bytes per actor (default 512 KiB; [`MIN_STACK_SIZE`] to
     /// [`MAX_STACK_SIZE`], checked by [`build`](Builder::build); rounded up to pages).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().stack_size(2 << 20).build().unwrap();
+    /// // 64 frames of 4 KiB (more in a debug build) fit in 2 MiB.
+    /// fn deep(n: u32) -> u32 { let pad = std::hint::black_box([0u8; 4096]); if n == 0 { pad[0] as u32 } else { 1 + deep(n - 1) } }
+    /// assert_eq!(rt.run(|| deep(64)).unwrap(), 64);
+    /// ```
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = bytes;
         self
     }
     /// Timeslice in rdtsc ticks after which `maybe_preempt` and runtime calls yield
     /// (default 100,000).
+    ///
+    /// ```
+    /// // A short slice: CPU-bound actors that call `maybe_preempt` take turns more often.
+    /// let rt = smarm::Runtime::builder().timeslice_cycles(20_000).build().unwrap();
+    /// rt.run(|| (0..1000).for_each(|_| smarm::maybe_preempt())).unwrap();
+    /// ```
     pub fn timeslice_cycles(mut self, ticks: u64) -> Self {
         self.timeslice_cycles = ticks;
         self
     }
     /// Consecutive wake-slot runs before a thread serves the shared queue (default 16; at
     /// least 1; `u32::MAX` in effect never limits them).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().lifo_run_limit(4).build().unwrap();
+    /// rt.run(|| ()).unwrap();
+    /// assert!(smarm::Runtime::builder().lifo_run_limit(0).build().is_err());
+    /// ```
     pub fn lifo_run_limit(mut self, n: u32) -> Self {
         self.lifo_run_limit = n;
         self
     }
     /// How long actors still running when the root returns have to end after being told
     /// `Shutdown`, before they are killed (default 5 s).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = smarm::Runtime::builder().shutdown_timeout(Duration::from_millis(100)).build().unwrap();
+    /// rt.run(|| {
+    ///     // Still running when the root returns: told Shutdown, and it ends at its next runtime call.
+    ///     smarm::spawn(|| loop { smarm::sleep(Duration::from_millis(1)) });
+    /// }).unwrap();
+    /// ```
     pub fn shutdown_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.shutdown_timeout = timeout;
         self
     }
-    /// Silences the report printed when an actor panics (default: printed, naming the pid).
+    /// Silences the report printed on stderr when an actor panics (default: printed, naming
+    /// the pid, the registered name and the location). Has no effect with an
+    /// [`on_actor_panic`](Builder::on_actor_panic) hook, which replaces the report.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().quiet_panics(true).build().unwrap();
+    /// let r = rt.run(|| smarm::spawn(|| panic!("not printed")).join()).unwrap();
+    /// assert!(r.is_err());
+    /// ```
     pub fn quiet_panics(mut self, quiet: bool) -> Self {
         self.quiet_panics = quiet;
+        self
+    }
+
+    /// Calls `hook` for every panic in an actor of this runtime, on the panicking actor at
+    /// the point of the panic (as a `std::panic` hook is called), instead of printing the
+    /// report: the place to send actor crashes to Sentry, `tracing` or a log. The
+    /// [`ActorPanic`] carries the pid, the registered name, the message and the location;
+    /// its `Display` is the report smarm prints by default.
+    ///
+    /// Every panic of an actor reaches it, including one the actor catches with
+    /// `catch_unwind` (as with std's hook); stop requests (kill, exit signals, shutdown)
+    /// are not panics and do not. Panics outside actors go to the process's panic hook as
+    /// usual. The hook runs while the actor unwinds: it should not block for long, and a
+    /// panic inside it aborts the process (as in any panic hook).
+    ///
+    /// smarm installs one process-wide `std::panic` hook (when the first runtime starts)
+    /// that serves this, and passes panics outside actors to the hook that was installed
+    /// before it. A hook installed with `std::panic::set_hook` after that replaces smarm's,
+    /// and then sees actor panics itself (`smarm::try_current_pid()` names the actor), at
+    /// the cost described under "Soundness contract" in the crate docs.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let s = seen.clone();
+    /// let rt = smarm::Runtime::builder()
+    ///     .on_actor_panic(move |p: &smarm::ActorPanic<'_>| {
+    ///         s.lock().unwrap().push((p.pid(), p.name().map(str::to_owned), p.message().to_owned(), p.location().is_some()));
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// let pid = rt.run(|| {
+    ///     let h = smarm::SpawnOptions::new().name("db").spawn(|| panic!("lost connection"));
+    ///     let pid = h.pid();
+    ///     assert!(h.join().is_err());
+    ///     pid
+    /// }).unwrap();
+    /// assert_eq!(*seen.lock().unwrap(), [(pid, Some("db".to_owned()), "lost connection".to_owned(), true)]);
+    /// ```
+    pub fn on_actor_panic(mut self, hook: impl Fn(&ActorPanic<'_>) + Send + Sync + 'static) -> Self {
+        self.on_actor_panic = Some(Arc::new(hook));
         self
     }
     /// Released stacks kept mapped for reuse (default 1,024); more are unmapped. Nothing is
     /// allocated up front, and the pool never holds more stacks than there are actors, so
     /// any value is accepted (`usize::MAX`: keep every released stack).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().warm_stacks(16).build().unwrap();
+    /// rt.run(|| (0..64).map(|i| smarm::spawn(move || i)).for_each(|h| { h.join().unwrap(); })).unwrap();
+    /// ```
     pub fn warm_stacks(mut self, n: usize) -> Self {
         self.warm_stacks = n;
         self
@@ -201,12 +422,92 @@ impl Builder {
     /// [`spawn_blocking`](crate::spawn_blocking) closures (default 512, at least 1). The pool
     /// starts threads on demand and lets them go after 10 s idle; beyond the maximum,
     /// closures queue.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().max_blocking_threads(2).build().unwrap();
+    /// let v = rt.run(|| smarm::spawn_blocking(|| 40 + 2).join().unwrap()).unwrap();
+    /// assert_eq!(v, 42);
+    /// ```
     pub fn max_blocking_threads(mut self, n: usize) -> Self {
         self.max_blocking_threads = n;
         self
     }
 
+    /// Names the runtime's OS threads: scheduler threads are `{name}-1`, `{name}-2`, ...
+    /// (thread 0 is the thread that calls [`Runtime::run`], which keeps its name), blocking-pool
+    /// threads are `{name}-blocking` (default: `smarm-worker-1`, ... and `smarm-blocking`). Linux shows
+    /// the first 15 bytes in `top` and `/proc`; Rust's `Thread::name` has all of it.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().threads(2).thread_name("api").build().unwrap();
+    /// let names = rt.run(|| {
+    ///     // Run one actor on each scheduler thread that is not the caller's.
+    ///     (0..16).map(|_| smarm::spawn(|| std::thread::current().name().map(str::to_owned)).join().unwrap())
+    ///         .collect::<Vec<_>>()
+    /// }).unwrap();
+    /// assert!(names.iter().flatten().all(|n| n == "api-1" || !n.starts_with("api")));
+    /// ```
+    pub fn thread_name(mut self, name: impl Into<String>) -> Self {
+        self.threads_setup.name = Some(Arc::from(name.into()));
+        self
+    }
+
+    /// Runs `hook` on each of the runtime's OS threads as it starts serving: every scheduler
+    /// thread (the caller of [`Runtime::run`] included, when `run` starts) and every
+    /// blocking-pool thread, before it runs any actor or job (as tokio's
+    /// `Builder::on_thread_start`). For per-thread setup: a tracing span, CPU affinity, a
+    /// thread-local of a C library. It runs outside any actor. It must not panic: a panic
+    /// aborts the process, since a runtime thread cannot be lost.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// let started = Arc::new(AtomicUsize::new(0));
+    /// let s = started.clone();
+    /// let rt = smarm::Runtime::builder()
+    ///     .threads(3)
+    ///     .on_thread_start(move || { s.fetch_add(1, Ordering::SeqCst); })
+    ///     .build()
+    ///     .unwrap();
+    /// rt.run(|| ()).unwrap();
+    /// assert_eq!(started.load(Ordering::SeqCst), 3); // the three scheduler threads
+    /// ```
+    pub fn on_thread_start(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
+        self.threads_setup.on_start = Some(Arc::new(hook));
+        self
+    }
+
+    /// Runs `hook` on each of the runtime's OS threads as it stops serving: scheduler
+    /// threads when the runtime ends (the caller of [`Runtime::run`] before `run` returns),
+    /// blocking-pool threads when they exit. Pairs with [`on_thread_start`](Builder::on_thread_start);
+    /// the same rules apply.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// let stopped = Arc::new(AtomicUsize::new(0));
+    /// let s = stopped.clone();
+    /// let rt = smarm::Runtime::builder()
+    ///     .threads(2)
+    ///     .on_thread_stop(move || { s.fetch_add(1, Ordering::SeqCst); })
+    ///     .build()
+    ///     .unwrap();
+    /// rt.run(|| ()).unwrap();
+    /// assert_eq!(stopped.load(Ordering::SeqCst), 2); // both scheduler threads, before run returned
+    /// ```
+    pub fn on_thread_stop(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
+        self.threads_setup.on_stop = Some(Arc::new(hook));
+        self
+    }
+
     /// Validates the configuration.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().threads(1).build().unwrap();
+    /// assert_eq!(rt.run(|| 1).unwrap(), 1);
+    /// let e = smarm::Runtime::builder().max_actors(0).build().unwrap_err();
+    /// assert!(matches!(e, smarm::BuildError::ZeroMaxActors));
+    /// ```
     pub fn build(self) -> Result<Runtime, BuildError> {
         let threads = match self.threads {
             Some(0) => return Err(BuildError::ZeroThreads),
@@ -248,7 +549,10 @@ impl Builder {
                 warm_stacks: self.warm_stacks,
                 shutdown_timeout: self.shutdown_timeout,
                 max_blocking_threads: self.max_blocking_threads,
+                threads_setup: self.threads_setup,
+                on_actor_panic: self.on_actor_panic,
             },
+            cell: Arc::new(RuntimeCell::default()),
         })
     }
 }
@@ -258,17 +562,48 @@ impl Builder {
 #[derive(Debug)]
 pub struct Runtime {
     config: Config,
+    /// Where the runtime's handles find it once it runs.
+    cell: Arc<RuntimeCell>,
+}
+
+/// The link from a runtime's handles to its running state: empty until [`Runtime::run`]
+/// starts it; afterwards a `Weak` (handles never keep a runtime alive).
+#[derive(Debug, Default)]
+pub(crate) struct RuntimeCell {
+    shared: std::sync::OnceLock<std::sync::Weak<Shared>>,
+}
+
+impl RuntimeCell {
+    /// The runtime, if it runs now (started and not finished).
+    pub(crate) fn running(&self) -> Option<Arc<Shared>> {
+        let sh = self.shared.get()?.upgrade()?;
+        (!sh.lifecycle.is_finished()).then_some(sh)
+    }
 }
 
 impl Runtime {
     /// A builder with the defaults.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().build().unwrap();
+    /// assert!(rt.threads() >= 1);
+    /// ```
     pub fn builder() -> Builder {
         Builder::default()
     }
 
     /// Number of scheduler threads this runtime will start.
+    ///
+    /// ```
+    /// assert_eq!(smarm::Runtime::builder().threads(3).build().unwrap().threads(), 3);
+    /// ```
     pub fn threads(&self) -> usize {
         self.config.threads
+    }
+
+    /// The link its handles use to reach it (`Runtime::handle`, in `task`).
+    pub(crate) fn cell(&self) -> &Arc<RuntimeCell> {
+        &self.cell
     }
 
     /// Runs `root` as the root actor on the calling thread plus `threads - 1` more, with the
@@ -287,15 +622,17 @@ impl Runtime {
             return Err(RunError::Nested);
         }
         unwind::install_process_hooks();
-        let shared = Arc::new(Shared::new(self.config, hooks));
+        let shared = Arc::new(Shared::new(self.config, hooks, self.cell.clone()));
+        let _ = self.cell.shared.set(Arc::downgrade(&shared));
         let handle = shared.spawn(root, true).map_err(RunError::Spawn)?;
         let _ = shared.root_pid.set(handle.pid());
 
         let mut threads = Vec::with_capacity(shared.config.threads - 1);
         for k in 1..shared.config.threads {
             let sh = shared.clone();
-            let spawned =
-                std::thread::Builder::new().name(format!("smarm-worker-{k}")).spawn(move || worker::thread_main(sh, k));
+            let spawned = std::thread::Builder::new()
+                .name(shared.config.threads_setup.scheduler_name(k))
+                .spawn(move || worker::thread_main(sh, k));
             match spawned {
                 Ok(h) => threads.push(h),
                 // Run on the threads we have: thread 0 (this one) always exists, and nothing is
@@ -319,6 +656,17 @@ impl Runtime {
     }
 }
 
+/// Per-spawn settings of [`Shared::spawn_custom`]: the runtime's defaults on every spawn
+/// path but `SpawnOptions`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpawnSettings {
+    /// Runs only on the thread of its first run (`spawn_pinned`).
+    pub(crate) thread_bound: bool,
+    /// A stack of this many usable bytes instead of one of the runtime's pool (checked by
+    /// the caller against [`MIN_STACK_SIZE`] and [`MAX_STACK_SIZE`]).
+    pub(crate) stack_size: Option<usize>,
+}
+
 /// What the layers above the scheduler plug into it: the only way the scheduler reaches the
 /// process layer, so its dependencies point down. One static table per build (the process
 /// layer's `process::HOOKS`), passed to [`Runtime::run_hooked`].
@@ -332,6 +680,8 @@ pub(crate) struct Hooks {
     pub(crate) on_exit: fn(&Shared, Pid, &DownReason),
     /// The reason of a pending exit-signal stop (`Cancel::Exit`), kept by the process layer.
     pub(crate) exit_reason: fn(&Shared, Pid) -> DownReason,
+    /// The registered name of a live actor, if any (the panic report, [`ActorPanic::name`]).
+    pub(crate) name_of: fn(&Shared, Pid) -> Option<String>,
 }
 
 /// A private queue of work only one thread may run: actors pinned there (thread-bound
@@ -394,6 +744,9 @@ pub(crate) struct Shared {
     /// The root actor.
     root_pid: std::sync::OnceLock<Pid>,
     pub(crate) stacks: StackPool,
+    /// Length (guard included) of the pool's stacks: a stack of another length was mapped
+    /// for one actor and is unmapped when it ends.
+    pub(crate) pooled_stack_len: usize,
     /// Live actors, the shutdown flag, and whether the runtime has finished.
     pub(crate) lifecycle: Lifecycle,
     /// The reactor, made by the first socket that has to wait (`Shared::reactor`).
@@ -401,10 +754,12 @@ pub(crate) struct Shared {
     reactor_init: Mutex<()>,
     /// Threads for `spawn_blocking` (see `blocking`).
     pub(crate) blocking: blocking::BlockingPool,
+    /// The link of this runtime's handles (`Handle::current` clones it).
+    pub(crate) cell: Arc<RuntimeCell>,
 }
 
 impl Shared {
-    fn new(config: Config, hooks: &'static Hooks) -> Shared {
+    fn new(config: Config, hooks: &'static Hooks, cell: Arc<RuntimeCell>) -> Shared {
         Shared {
             hooks,
             world: (hooks.new_world)(config.max_actors),
@@ -419,10 +774,13 @@ impl Shared {
             graveyard: Default::default(),
             root_pid: std::sync::OnceLock::new(),
             stacks: StackPool::new(config.stack_size, config.warm_stacks),
+            pooled_stack_len: crate::stack::Stack::mapped_len(config.stack_size),
             lifecycle: Lifecycle::new(),
             reactor: std::sync::OnceLock::new(),
             reactor_init: Mutex::new(()),
-            blocking: blocking::BlockingPool::new(config.max_blocking_threads, blocking::KEEP_ALIVE),
+            blocking: blocking::BlockingPool::new(config.max_blocking_threads, blocking::KEEP_ALIVE)
+                .with_threads(config.threads_setup.clone()),
+            cell,
             config,
         }
     }
@@ -514,6 +872,28 @@ impl Shared {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        self.spawn_custom(is_root, SpawnSettings { thread_bound, stack_size: None }, make, |_, _| Ok(()))
+    }
+
+    /// The one spawn path. `settings` are constants on every path but `SpawnOptions`, so
+    /// what they select folds away where they are the defaults. `make` builds the closure
+    /// before the actor is published; `after_publish` runs once it is published (live to
+    /// lookups, e.g. under a registered name) but before it is queued, so it cannot run yet:
+    /// if that fails, the actor is stopped before it starts (its closure is dropped, it ends
+    /// with `Shutdown`; whatever `after_publish` set up before failing must not notify
+    /// anyone) and the error is returned.
+    #[inline(always)]
+    pub(crate) fn spawn_custom<F, T>(
+        &self,
+        is_root: bool,
+        settings: SpawnSettings,
+        make: impl FnOnce(&Shared, Pid) -> F,
+        after_publish: impl FnOnce(&Shared, Pid) -> Result<(), SpawnError>,
+    ) -> Result<JoinHandle<T>, SpawnError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
         // An early refusal is only an optimisation; step 3 of the shutdown protocol (below)
         // is what makes the race safe.
         if self.lifecycle.is_shutting_down() {
@@ -521,11 +901,25 @@ impl Shared {
         }
         let (index, gen) = self.slab.alloc().ok_or(SpawnError::Full { max_actors: self.slab.len() })?;
         // The stack is bound at the actor's first run (the pool's most recently used one,
-        // still in cache); here we only reserve one, so a failing mmap is a spawn error.
-        if let Err(e) = self.stacks.reserve() {
-            self.slab.unalloc(index);
-            return Err(SpawnError::Stack(e));
-        }
+        // still in cache); here we only reserve one, so a failing mmap is a spawn error. A
+        // stack of another size is mapped here and bound at the first run (see
+        // `ActorCell::sp`).
+        let (own_base, own_len) = match settings.stack_size {
+            None => {
+                if let Err(e) = self.stacks.reserve() {
+                    self.slab.unalloc(index);
+                    return Err(SpawnError::Stack(e));
+                }
+                (0, 0)
+            }
+            Some(bytes) => match crate::stack::Stack::new(bytes) {
+                Ok(stack) => stack.into_raw(),
+                Err(e) => {
+                    self.slab.unalloc(index);
+                    return Err(SpawnError::Stack(e));
+                }
+            },
+        };
         let pid = self.slab.pid(index, gen);
         let (task, join) = actor::new_task(make(self, pid));
         let slot = self.slab.slot(index);
@@ -533,14 +927,14 @@ impl Shared {
         // until `publish_queued`.
         unsafe {
             *slot.cell.get() = ActorCell {
-                sp: 0,
+                sp: own_len,
                 sched_sp: 0,
-                stack_base: 0,
+                stack_base: own_base,
                 stack_len: 0,
                 task: Some(task),
                 intent: actor::Intent::Running,
                 is_root,
-                thread_bound,
+                thread_bound: settings.thread_bound,
                 no_preempt: 0,
                 assigned_thread: usize::MAX,
                 unwinding: false,
@@ -556,13 +950,34 @@ impl Shared {
         slot.pinned.store(UNPINNED, Ordering::Relaxed);
         self.lifecycle.spawned();
         self.slab.publish_queued(index, gen);
+        let refused = after_publish(self, pid).err();
+        if refused.is_some() {
+            // Not queued yet, so it has not run: it drops its closure at its first run.
+            slot.cancel.raise(Cancel::Shutdown);
+        }
         self.push_spawned(index);
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
                          // A kill that reached the child since it was published stays a kill.
         if self.lifecycle.is_shutting_down() && slot.cancel.raise(Cancel::Shutdown).is_some() {
             self.wake(pid);
         }
-        Ok(JoinHandle::new(join, pid))
+        let handle = JoinHandle::new(join, pid);
+        match refused {
+            None => Ok(handle),
+            Some(e) => Err(e), // the handle is dropped: the stopped actor is detached
+        }
+    }
+
+    /// Runs `spawn` (a spawn on this runtime) from a thread that is not one of its live
+    /// actors (a [`Handle`](crate::Handle) on a plain thread, scheduler code): the caller
+    /// counts as a live actor meanwhile, as lifecycle step 1 requires of a spawner, so the
+    /// runtime cannot finish under the spawn and strand its actor. If the caller's count
+    /// was the last one after shutdown began, the caller finishes the runtime.
+    pub(crate) fn spawn_outside<R>(self: &Arc<Self>, spawn: impl FnOnce(&Shared) -> R) -> R {
+        self.lifecycle.spawned();
+        let r = spawn(self);
+        self.retired(false);
+        r
     }
 
     /// Queues a newly spawned actor: on the spawning thread's local queue when the spawner
@@ -727,6 +1142,10 @@ impl Drop for Shared {
                     if cell.stack_len != 0 {
                         drop(crate::stack::Stack::from_raw(cell.stack_base, cell.stack_len));
                         cell.stack_len = 0;
+                    } else if cell.stack_base != 0 {
+                        // Never ran, with a stack mapped for it alone (see `ActorCell::sp`).
+                        drop(crate::stack::Stack::from_raw(cell.stack_base, cell.sp));
+                        cell.stack_base = 0;
                     }
                 }
             }

@@ -7,7 +7,7 @@ use std::sync::Once;
 
 use super::worker::{current_actor_pid, current_worker, thread_panicking, NONE};
 use crate::exit::DownReason;
-use crate::slot_state::Slot;
+use crate::slot_state::{Pid, Slot};
 use crate::stack::{self, GUARD_BYTES};
 
 /// The running actor (slot) is itself unwinding. std's `panicking()` is per *thread*: while
@@ -94,7 +94,8 @@ pub(crate) fn mark_current_unwinding() {
 }
 
 /// Installs, once per process, the panic hook that names actors and the stack-overflow
-/// handler.
+/// handler. A panic outside any actor goes to the hook installed before this one; a panic
+/// in an actor is marked (see `actor_unwinding`) and reported by [`report_actor_panic`].
 pub(crate) fn install_process_hooks() {
     static HOOK: Once = Once::new();
     HOOK.call_once(|| {
@@ -103,22 +104,114 @@ pub(crate) fn install_process_hooks() {
             mark_current_unwinding();
             let Some((shared, pid)) = current_actor_pid() else { return prev(info) };
             // SAFETY: the runtime outlives its running actor.
-            if unsafe { (*shared).config.quiet_panics } {
+            let shared = unsafe { &*shared };
+            let config = &shared.config;
+            if config.quiet_panics && config.on_actor_panic.is_none() {
                 return;
             }
             let payload = info.payload();
-            let msg = payload
+            let message = payload
                 .downcast_ref::<&str>()
                 .copied()
                 .or_else(|| payload.downcast_ref::<String>().map(|s| s.as_str()))
                 .unwrap_or("Box<dyn Any>");
-            match info.location() {
-                Some(loc) => eprintln!("smarm: actor {pid} panicked at {loc}:\n{msg}"),
-                None => eprintln!("smarm: actor {pid} panicked:\n{msg}"),
-            }
+            let name = (shared.hooks.name_of)(shared, pid);
+            report_actor_panic(shared, &ActorPanic { pid, name: name.as_deref(), message, location: info.location() });
         }));
     });
     stack::install_overflow_handler(guard_owner);
+}
+
+/// Every report of an actor panic goes through here: to the runtime's
+/// `Builder::on_actor_panic` hook if it has one, else to stderr unless `quiet_panics`.
+fn report_actor_panic(shared: &super::Shared, panic: &ActorPanic<'_>) {
+    if let Some(hook) = &shared.config.on_actor_panic {
+        hook(panic);
+    } else if !shared.config.quiet_panics {
+        use std::io::Write;
+        // Not `eprintln!`: it panics if stderr is gone, and this runs inside a panic hook.
+        let _ = writeln!(std::io::stderr(), "{panic}");
+    }
+}
+
+/// A panic in an actor, as given to [`Builder::on_actor_panic`](crate::Builder::on_actor_panic)
+/// hooks: which actor, where, and the message. Its `Display` is the report smarm prints by
+/// default: `smarm: actor <0.5.1> ("name") panicked at src/main.rs:10:5:` and the message on
+/// the next line.
+///
+/// ```
+/// let rt = smarm::Runtime::builder()
+///     .on_actor_panic(|p| {
+///         let report = p.to_string();
+///         assert!(report.starts_with(&format!("smarm: actor {} panicked at ", p.pid())));
+///         assert!(report.ends_with(":\nboom"));
+///     })
+///     .build()
+///     .unwrap();
+/// rt.run(|| smarm::spawn(|| panic!("boom")).join().unwrap_err()).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct ActorPanic<'a> {
+    pid: Pid,
+    name: Option<&'a str>,
+    message: &'a str,
+    location: Option<&'a std::panic::Location<'a>>,
+}
+
+impl<'a> ActorPanic<'a> {
+    /// The panicking actor.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().on_actor_panic(|p| assert_eq!(Some(p.pid()), smarm::try_current_pid())).build().unwrap();
+    /// rt.run(|| smarm::spawn(|| panic!()).join().unwrap_err()).unwrap();
+    /// ```
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The name it is registered under, if any.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().on_actor_panic(|p| assert_eq!(p.name(), Some("cache"))).build().unwrap();
+    /// rt.run(|| smarm::SpawnOptions::new().name("cache").spawn(|| panic!()).join().unwrap_err()).unwrap();
+    /// ```
+    pub fn name(&self) -> Option<&'a str> {
+        self.name
+    }
+
+    /// The panic's message (`"Box<dyn Any>"` for a payload that is neither `&str` nor
+    /// `String`, as std reports it).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().on_actor_panic(|p| assert_eq!(p.message(), "x = 3")).build().unwrap();
+    /// rt.run(|| smarm::spawn(|| panic!("x = {}", 3)).join().unwrap_err()).unwrap();
+    /// ```
+    pub fn message(&self) -> &'a str {
+        self.message
+    }
+
+    /// Where it panicked, if known.
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().on_actor_panic(|p| assert!(p.location().unwrap().line() > 0)).build().unwrap();
+    /// rt.run(|| smarm::spawn(|| panic!()).join().unwrap_err()).unwrap();
+    /// ```
+    pub fn location(&self) -> Option<&'a std::panic::Location<'a>> {
+        self.location
+    }
+}
+
+impl std::fmt::Display for ActorPanic<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "smarm: actor {}", self.pid)?;
+        if let Some(name) = self.name {
+            write!(f, " ({name:?})")?;
+        }
+        match self.location {
+            Some(loc) => write!(f, " panicked at {loc}:\n{}", self.message),
+            None => write!(f, " panicked:\n{}", self.message),
+        }
+    }
 }
 
 /// For the overflow handler: the actor whose guard page holds `addr`, among the running

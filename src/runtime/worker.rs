@@ -514,8 +514,14 @@ impl Worker {
         // SAFETY: forwarded from the caller.
         unsafe {
             if (*cell).stack_len == 0 {
-                // First run: bind the stack its spawn reserved (the pool's hottest).
-                let stack = self.shared.stacks.take_reserved();
+                // First run: bind the stack its spawn reserved (the pool's hottest), or the
+                // one its spawn mapped for it (`SpawnOptions::stack_size`: `sp` holds its
+                // length until now, see `ActorCell::sp`).
+                let stack = if (*cell).stack_base == 0 {
+                    self.shared.stacks.take_reserved()
+                } else {
+                    Stack::from_raw((*cell).stack_base, (*cell).sp)
+                };
                 #[cfg(smarm_asan)]
                 stack.asan_unpoison();
                 (*cell).sp = crate::context::init_stack(stack.top(), actor_entry, slot as *const Slot as *mut u8);
@@ -540,9 +546,14 @@ impl Worker {
         // SAFETY: the actor finished and switched away for good; its stack and task are ours.
         let was_root = unsafe {
             let stack = Stack::from_raw((*cell).stack_base, (*cell).stack_len);
+            let len = (*cell).stack_len;
             (*cell).stack_base = 0;
             (*cell).stack_len = 0;
-            sh.stacks.put(stack);
+            if len == sh.pooled_stack_len {
+                sh.stacks.put(stack);
+            } else {
+                drop(stack); // mapped for this actor alone (`SpawnOptions::stack_size`)
+            }
             ((*cell).task.take(), (*cell).is_root)
         };
         let (task, was_root) = was_root;
@@ -608,9 +619,12 @@ impl Worker {
 /// Body of every scheduler thread (including the one that called `Runtime::run`). A panic
 /// in it aborts the process (see "A panic in scheduler code" in the module doc).
 pub(crate) fn thread_main(shared: Arc<Shared>, index: usize) {
+    let setup = shared.config.threads_setup.clone();
+    setup.started();
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_thread(shared, index))) {
         scheduler_panicked(index, &*payload);
     }
+    setup.stopped();
 }
 
 /// Reports a panic that ended scheduler thread `index` and aborts. The payload is not
