@@ -919,7 +919,8 @@ pub fn start_simple<A: Clone + Send + 'static>(
 /// The supervisor registered as `name`.
 ///
 /// Fails with [`LookupError::NotFound`] if no live actor has that name, and
-/// [`LookupError::WrongType`] if the actor is not a supervisor.
+/// [`LookupError::WrongType`] or [`LookupError::NoMailbox`] if the actor is not a supervisor
+/// (an actor with another mailbox type, a plain actor).
 ///
 /// ```
 /// use smarm::supervisor::{self, Strategy, SupFlags};
@@ -1511,8 +1512,8 @@ impl SupervisorRef {
         self.addr.pid()
     }
 
-    /// The supervisor running as `pid` ([`LookupError::WrongType`] if that actor is not a
-    /// supervisor): for the nested supervisors [`which_children`](Self::which_children)
+    /// The supervisor running as `pid` ([`LookupError::WrongType`] or
+    /// [`LookupError::NoMailbox`] if that actor is not a supervisor): for the nested supervisors [`which_children`](Self::which_children)
     /// lists, or a pid from elsewhere.
     ///
     /// ```

@@ -157,9 +157,19 @@ fn connect_close_churn_leaves_fds_and_rss_flat() {
             // Connection actors that have ended (and so closed their sockets).
             let ended = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let ended2 = ended.clone();
+            // Connections the server has accepted: the client stays within `IN_FLIGHT` of it,
+            // so the listener's accept queue (1,024) never overflows. On overflow the kernel
+            // drops the handshake's last ACK, the client's reset then removes the half-open
+            // connection, and the server would wait forever for a connection that never
+            // reaches its queue (seen on a loaded machine: every thread idle, the server in
+            // accept).
+            const IN_FLIGHT: usize = 256;
+            let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let accepted2 = accepted.clone();
             let server = smarm::spawn(move || {
                 for _ in 0..WARMUP + CYCLES {
                     let (s, _) = l.accept().unwrap();
+                    accepted2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     // Each connection gets its actor, as a server would.
                     let ended = ended2.clone();
                     smarm::spawn(move || {
@@ -174,6 +184,10 @@ fn connect_close_churn_leaves_fds_and_rss_flat() {
             for i in 0..WARMUP + CYCLES {
                 if i == WARMUP {
                     marks.push((open_fds(), rss_kib()));
+                }
+                // Relaxed: a pacing hint; nothing is read through it.
+                while accepted.load(std::sync::atomic::Ordering::Relaxed) + IN_FLIGHT < i {
+                    smarm::yield_now();
                 }
                 let c = TcpStream::connect(addr).unwrap();
                 set_linger_zero(c.as_raw_fd());

@@ -210,8 +210,14 @@ fn into_simple_checks_the_argument_type() {
         // A static supervisor has no dynamic children.
         let stat = supervisor::start_link(flags(Strategy::OneForOne), vec![]).unwrap();
         assert_eq!(stat.into_simple::<u32>().unwrap_err(), SupervisorError::NotSimple);
-        // And an actor that is no supervisor is no `SupervisorRef`.
-        assert!(matches!(SupervisorRef::from_pid(pid).unwrap_err(), LookupError::WrongType { .. }));
+        // And an actor that is no supervisor is no `SupervisorRef`: a plain actor has no
+        // mailbox, an actor with a mailbox of another type is the wrong type.
+        assert_eq!(SupervisorRef::from_pid(pid).unwrap_err(), LookupError::NoMailbox);
+        let other = smarm::spawn_actor(|mb: smarm::Mailbox<u32>| {
+            mb.recv();
+        });
+        assert!(matches!(SupervisorRef::from_pid(other.pid()).unwrap_err(), LookupError::WrongType { .. }));
+        other.send(0);
     });
 }
 
