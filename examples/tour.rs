@@ -74,14 +74,28 @@ fn main() {
                 assert_eq!(d.monitor, mref);
                 println!("monitor saw {} go down: {}", d.pid, d.reason);
             }
+            // A typed mailbox with selective receive (`receive!`: patterns, guards, `after`):
+            // messages no arm matches stay queued, in order. Spawned with options: registered
+            // under a name before it runs, so anyone can look it up and message it by pid.
+            enum Msg {
+                Greet(String),
+                Priority(u32),
+            }
             let (reply_tx, reply_rx) = smarm::channel::oneshot();
-            let echo = smarm::spawn_actor(move |mb: smarm::Mailbox<String>| {
-                if let smarm::Envelope::Msg(m) = mb.recv() {
-                    let _ = reply_tx.send(m.to_uppercase());
-                }
+            smarm::SpawnOptions::new().name("greeter").spawn_actor(move |mb: smarm::Mailbox<Msg>| {
+                // The priority message is taken first, though it arrived second.
+                let p = smarm::receive!(mb, { Msg::Priority(n) if n > 0 => n });
+                let g = smarm::receive!(mb, {
+                    Msg::Greet(s) => s.to_uppercase(),
+                    after Duration::from_secs(1) => "nobody greeted".into(),
+                });
+                let _ = reply_tx.send(format!("{g} (priority {p})"));
             });
-            echo.send("hello mailbox".to_string());
-            println!("actor {} replied {:?}", echo.pid(), reply_rx.recv().unwrap());
+            let pid = smarm::whereis("greeter").expect("registered at spawn");
+            let greeter = smarm::Addr::<Msg>::from_pid(pid).expect("a Mailbox<Msg> actor");
+            greeter.send(Msg::Greet("hello mailbox".into()));
+            greeter.send(Msg::Priority(1));
+            println!("actor {pid} (\"greeter\") replied {:?}", reply_rx.recv().unwrap());
 
             // 5. Network I/O parks the actor, not the thread: an echo server actor, one actor
             //    per connection, and a client actor, all plain blocking code.
