@@ -1190,6 +1190,19 @@ pub struct ShutdownHandle {
 impl ShutdownHandle {
     /// Starts the runtime's graceful shutdown, as [`shutdown`] does in one of its actors.
     /// Returns false if the runtime has already ended.
+    ///
+    /// ```
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let r = smarm::Runtime::builder().build().unwrap().run(move || {
+    ///     let h = smarm::shutdown_handle();
+    ///     std::thread::spawn(move || tx.send(h.shutdown()).unwrap());
+    ///     loop {
+    ///         smarm::sleep(std::time::Duration::from_millis(1)); // stopped here
+    ///     }
+    /// });
+    /// assert!(matches!(r, Err(smarm::RunError::Root(smarm::DownReason::Shutdown))));
+    /// assert_eq!(rx.recv(), Ok(true));
+    /// ```
     pub fn shutdown(&self) -> bool {
         let Some(sh) = self.rt.upgrade() else { return false };
         if sh.lifecycle.is_finished() {
@@ -1203,6 +1216,12 @@ impl ShutdownHandle {
 }
 
 /// A [`ShutdownHandle`] for the calling actor's runtime.
+///
+/// ```
+/// let handle = smarm::run(|| smarm::shutdown_handle());
+/// // The runtime has ended: the handle does not keep it alive, and stops nothing.
+/// assert!(!handle.shutdown());
+/// ```
 ///
 /// # Panics
 /// Outside an actor.

@@ -57,7 +57,22 @@ fn start_arm(n: usize) -> usize {
 }
 
 /// Waits until one of `arms` is ready or `deadline` passes. Returns the index of a ready arm,
-/// or `None` on timeout. Used by [`select!`](crate::select).
+/// or `None` on timeout. Used by [`select!`](crate::select); it takes nothing from the arm,
+/// so the caller receives from the one it returns.
+///
+/// ```
+/// use smarm::channel::{channel, select_ready, Selectable};
+/// smarm::run(|| {
+///     let (_tx1, rx1) = channel::<u32>();
+///     let (tx2, rx2) = channel::<u32>();
+///     tx2.send(7).unwrap();
+///     let arms: [&dyn Selectable; 2] = [&rx1, &rx2];
+///     assert_eq!(select_ready(&arms, None), Some(1));
+///     assert_eq!(rx2.try_recv(), Ok(7));
+///     // Nothing ready and a deadline already passed: a timeout.
+///     assert_eq!(select_ready(&arms, Some(std::time::Instant::now())), None);
+/// });
+/// ```
 pub fn select_ready(arms: &[&dyn Selectable], deadline: Option<Instant>) -> Option<usize> {
     let n = arms.len();
     if n == 0 {
