@@ -1077,6 +1077,87 @@ impl Handle {
         Ok(addr.expect("make ran"))
     }
 
+    /// The pid registered as `name` in this runtime, from any thread ([`whereis`] in an
+    /// actor); `None` if no live actor has that name or the runtime is not running.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let me = smarm::current_pid();
+    ///     smarm::register("root", me).unwrap();
+    ///     let handle = smarm::Handle::current();
+    ///     let found = std::thread::spawn(move || handle.whereis("root")).join().unwrap();
+    ///     assert_eq!(found, Some(me));
+    /// });
+    /// ```
+    pub fn whereis(&self, name: &str) -> Option<Pid> {
+        crate::registry::whereis_in(&*self.cell.running()?, name)
+    }
+
+    /// The registered names of this runtime's live actors, sorted, from any thread
+    /// ([`registered`](crate::registered) in an actor); empty if the runtime is not running.
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     smarm::register("a", smarm::current_pid()).unwrap();
+    ///     let handle = smarm::Handle::current();
+    ///     let names = std::thread::spawn(move || handle.registered()).join().unwrap();
+    ///     assert_eq!(names, ["a"]);
+    /// });
+    /// ```
+    pub fn registered(&self) -> Vec<String> {
+        self.cell.running().map(|sh| crate::registry::registered_in(&sh)).unwrap_or_default()
+    }
+
+    /// The typed [`Addr`] of the actor registered as `name`, from any thread (as
+    /// [`whereis_addr`] in an actor; [`LookupError::NoRuntime`] if the runtime is not running).
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let addr = smarm::spawn_actor(move |mb: smarm::Mailbox<u32>| {
+    ///         if let smarm::Envelope::Msg(n) = mb.recv() { tx.send(n).unwrap(); }
+    ///     });
+    ///     smarm::register("sink", addr.pid()).unwrap();
+    ///     let handle = smarm::Handle::current();
+    ///     std::thread::spawn(move || handle.whereis_addr::<u32>("sink").unwrap().send(5)).join().unwrap();
+    ///     assert_eq!(rx.recv(), Ok(5));
+    /// });
+    /// ```
+    pub fn whereis_addr<M: Send + 'static>(&self, name: &str) -> Result<Addr<M>, LookupError> {
+        whereis_addr_in(&*self.cell.running().ok_or(LookupError::NoRuntime)?, name)
+    }
+
+    /// The typed [`Addr`] of the live actor `pid`, from any thread (as
+    /// [`Addr::from_pid`] in an actor; [`LookupError::NoRuntime`] if the runtime is not
+    /// running).
+    ///
+    /// ```
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     let addr = smarm::spawn_actor(move |mb: smarm::Mailbox<&str>| {
+    ///         if let smarm::Envelope::Msg(m) = mb.recv() { tx.send(m).unwrap(); }
+    ///     });
+    ///     let (handle, pid) = (smarm::Handle::current(), addr.pid());
+    ///     std::thread::spawn(move || handle.addr_of::<&str>(pid).unwrap().send("hi")).join().unwrap();
+    ///     assert_eq!(rx.recv(), Ok("hi"));
+    /// });
+    /// ```
+    pub fn addr_of<M: Send + 'static>(&self, pid: Pid) -> Result<Addr<M>, LookupError> {
+        Addr::from_pid_in(&*self.cell.running().ok_or(LookupError::NoRuntime)?, pid)
+    }
+
+    /// Sends `msg` to the actor registered as `name`, from any thread (as [`send_named`]).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().build().unwrap();
+    /// // Not running: nothing to look in.
+    /// assert_eq!(rt.handle().send_named("x", 1u8), Err(smarm::LookupError::NoRuntime));
+    /// ```
+    pub fn send_named<M: Send + 'static>(&self, name: &str, msg: M) -> Result<(), LookupError> {
+        self.whereis_addr::<M>(name)?.send(msg);
+        Ok(())
+    }
+
     /// Starts the runtime's graceful shutdown, from any thread, as [`shutdown`](crate::shutdown)
     /// does in one of its actors: the root is stopped with [`DownReason::Shutdown`], the
     /// supervision trees in reverse start order, then every other actor, and

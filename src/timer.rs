@@ -1,4 +1,5 @@
-//! The timer API: [`send_after`], [`send_after_addr`] and [`cancel`]. Deadlines live on the
+//! The timer API: [`send_after`] (to a channel `Sender` or an actor's `Addr`, the
+//! [`Destination`] trait), [`send_after_addr`] and [`cancel`]. Deadlines live on the
 //! runtime's timing wheel (`wheel`, layer 1); timed waits use lazy timeouts
 //! (`runtime::lazy`). Layer 3.
 //!
@@ -50,11 +51,16 @@ enum RefKind {
     Thread { id: u64, deadline: Instant },
 }
 
-/// Sends `msg` on `sender` once `delay` has passed (never earlier). Returns a handle for
-/// [`cancel`]. From an actor the runtime's timer structure holds it; from a plain thread the
-/// process's one timer thread does (started on demand, it ends when no timer is left: never
-/// a thread per timer). A delay too long for `Instant` (`Duration::MAX`) counts as 100 years,
-/// as does every timeout in smarm (a "wait forever" never panics on the addition).
+/// Sends `msg` to `dest` once `delay` has passed (never earlier): a channel
+/// [`Sender`](crate::channel::Sender) or an actor's [`Addr`](crate::Addr), addressed the same
+/// way (the [`Destination`] trait). Returns a handle for [`cancel`]. From an actor the
+/// runtime's timer structure holds it; from a plain thread the process's one timer thread
+/// does (started on demand, it ends when no timer is left: never a thread per timer). A
+/// delay too long for `Instant` (`Duration::MAX`) counts as 100 years, as does every timeout
+/// in smarm (a "wait forever" never panics on the addition).
+///
+/// A timer to an actor is cancelled automatically if the actor ends first (set from one of
+/// its runtime's actors; from a plain thread the message is simply dropped then).
 ///
 /// ```
 /// use std::time::Duration;
@@ -63,9 +69,47 @@ enum RefKind {
 ///     let t = smarm::send_after(Duration::from_millis(5), &tx, "tick");
 ///     assert_eq!(rx.recv(), Ok("tick"));
 ///     assert_eq!(smarm::cancel_timer(t), None); // already fired
+///
+///     // The same call for an actor's address.
+///     let (done_tx, done_rx) = smarm::channel::oneshot();
+///     let addr = smarm::spawn_actor(move |mb: smarm::Mailbox<&str>| {
+///         if let smarm::Envelope::Msg(m) = mb.recv() { done_tx.send(m).unwrap(); }
+///     });
+///     smarm::send_after(Duration::from_millis(1), &addr, "tock");
+///     assert_eq!(done_rx.recv(), Ok("tock"));
 /// });
 /// ```
-pub fn send_after<T: Send + 'static>(delay: Duration, sender: &crate::channel::Sender<T>, msg: T) -> TimerRef {
+pub fn send_after<T, D: Destination<T> + ?Sized>(delay: Duration, dest: &D, msg: T) -> TimerRef {
+    dest.send_after_from_now(delay, msg)
+}
+
+/// Where [`send_after`] delivers: implemented for a channel
+/// [`Sender<T>`](crate::channel::Sender) and an actor's [`Addr<T>`](crate::Addr). Sealed.
+pub trait Destination<T>: sealed::Sealed {
+    /// Arms the timer ([`send_after`] calls this).
+    #[doc(hidden)]
+    fn send_after_from_now(&self, delay: Duration, msg: T) -> TimerRef;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<T> Sealed for crate::channel::Sender<T> {}
+    impl<M> Sealed for crate::mailbox::Addr<M> {}
+}
+
+impl<T: Send + 'static> Destination<T> for crate::channel::Sender<T> {
+    fn send_after_from_now(&self, delay: Duration, msg: T) -> TimerRef {
+        send_after_sender(delay, self, msg)
+    }
+}
+
+impl<M: Send + 'static> Destination<M> for crate::mailbox::Addr<M> {
+    fn send_after_from_now(&self, delay: Duration, msg: M) -> TimerRef {
+        send_after_addr(delay, self, msg)
+    }
+}
+
+fn send_after_sender<T: Send + 'static>(delay: Duration, sender: &crate::channel::Sender<T>, msg: T) -> TimerRef {
     let deadline = deadline_after(Instant::now(), delay);
     let tx = sender.clone();
     let w = crate::runtime::current_worker();
@@ -144,11 +188,8 @@ pub fn cancel(timer: TimerRef) -> Option<Duration> {
     }
 }
 
-/// Sends `msg` to `addr` once `delay` has passed (never earlier); cancelled automatically if
-/// the target actor ends first. Must be called from an actor of the target's runtime.
-///
-/// # Panics
-/// Outside an actor.
+/// [`send_after`] to an actor's address (kept for the explicit name; `send_after(delay,
+/// &addr, msg)` is the same call). Cancelled automatically if the target actor ends first.
 ///
 /// ```
 /// use std::time::Duration;
@@ -164,7 +205,18 @@ pub fn cancel(timer: TimerRef) -> Option<Duration> {
 pub fn send_after_addr<M: Send + 'static>(delay: Duration, addr: &crate::mailbox::Addr<M>, msg: M) -> TimerRef {
     let deadline = deadline_after(Instant::now(), delay);
     let w = crate::runtime::current_worker();
-    assert!(!w.is_null(), "smarm::send_after_addr called outside an actor");
+    if w.is_null() {
+        // A plain thread: the process's timer thread delivers it (an `Addr` send works from
+        // any thread; a message the ended target cannot take is dropped on that thread).
+        let target = addr.clone();
+        let id = off_runtime::insert(
+            deadline,
+            Box::new(move || {
+                let _ = target.try_send(msg);
+            }),
+        );
+        return TimerRef { kind: RefKind::Thread { id, deadline } };
+    }
     // SAFETY: this thread's live worker.
     let shared = unsafe { (*w).shared_arc() };
     let target = addr.clone();

@@ -463,3 +463,37 @@ fn many_timed_waits_on_one_thread_each_end_right() {
         })
         .unwrap();
 }
+
+/// `send_after` takes an actor's `Addr` as it takes a channel `Sender`, from an actor and
+/// from a plain thread (where it used to panic as `send_after_addr`): the process's timer
+/// thread delivers it, and the actor gets every message.
+#[test]
+fn send_after_to_an_addr_works_from_an_actor_and_from_a_plain_thread() {
+    let rt = Runtime::builder().threads(2).build().unwrap();
+    let handle = rt.handle();
+    let got = rt
+        .run(move || {
+            let (tx, rx) = channel::<Vec<&'static str>>();
+            let addr = smarm::spawn_actor(move |mb: smarm::Mailbox<&'static str>| {
+                let mut seen = Vec::new();
+                while seen.len() < 2 {
+                    if let smarm::Envelope::Msg(m) = mb.recv() {
+                        seen.push(m);
+                    }
+                }
+                seen.sort();
+                tx.send(seen).unwrap();
+            });
+            smarm::send_after(Duration::from_millis(1), &addr, "from an actor");
+            let pid = addr.pid();
+            std::thread::spawn(move || {
+                let addr = handle.addr_of::<&'static str>(pid).unwrap();
+                smarm::send_after(Duration::from_millis(1), &addr, "from a thread");
+            })
+            .join()
+            .unwrap();
+            rx.recv().unwrap()
+        })
+        .unwrap();
+    assert_eq!(got, ["from a thread", "from an actor"]);
+}
