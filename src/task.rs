@@ -403,14 +403,14 @@ where
 /// The shape follows `std::thread::Builder` and `tokio::task::Builder` (options, then a
 /// `spawn` that reports errors); every spawn form has a `try_` twin that returns
 /// [`SpawnError`] instead of panicking. Spawning with options needs an actor of the
-/// runtime (a [`Handle`](crate::Handle) spawns from other threads).
+/// runtime (a [`Handle`] spawns from other threads).
 ///
 /// - `name`: registered before the actor can run, so a message sent to the name once the
 ///   spawn returns reaches it; a name held by a live actor fails the spawn with
 ///   [`SpawnError::NameTaken`] and nothing runs (OTP: `{error, {already_started, Pid}}`).
-///   Released when the actor ends, as by [`register`](crate::register).
-/// - `stack_size`: a stack of its own for this actor ([`MIN_STACK_SIZE`](crate::MIN_STACK_SIZE)
-///   to [`MAX_STACK_SIZE`](crate::MAX_STACK_SIZE), else [`SpawnError::InvalidStackSize`]),
+///   Released when the actor ends, as by [`register`](crate::process::register).
+/// - `stack_size`: a stack of its own for this actor ([`MIN_STACK_SIZE`]
+///   to [`MAX_STACK_SIZE`], else [`SpawnError::InvalidStackSize`]),
 ///   mapped at the spawn and unmapped when the actor ends (the runtime's pool serves only
 ///   its own size).
 /// - `link`: linked to the caller before it can run, as [`spawn_link`]. Monitors are the
@@ -1009,7 +1009,7 @@ impl Handle {
     }
 
     /// [`spawn`](Handle::spawn), or why it could not: [`SpawnError::NotRunning`] before the
-    /// runtime starts or after it ended, else as [`try_spawn`](crate::try_spawn).
+    /// runtime starts or after it ended, else as the free [`try_spawn`](fn@try_spawn).
     ///
     /// ```
     /// let rt = smarm::Runtime::builder().build().unwrap();
