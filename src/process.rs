@@ -1168,52 +1168,23 @@ pub fn shutdown() -> bool {
 }
 
 /// A handle that starts the graceful [`shutdown`] of a runtime from anywhere: another
-/// runtime, a plain thread, a signal-watching thread. Made by [`shutdown_handle`] in an
-/// actor of that runtime; it does not keep the runtime alive.
+/// runtime, a plain thread, a signal-watching thread. It is the runtime's
+/// [`Handle`](crate::Handle) (which also spawns and looks names up), under the name code that
+/// only stops a runtime reads best with; it does not keep the runtime alive.
 ///
 /// ```
-/// let rt = smarm::Runtime::builder().build().unwrap();
-/// let r = rt.run(|| {
-///     let handle = smarm::shutdown_handle();
-///     std::thread::spawn(move || handle.shutdown());
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// let r = smarm::Runtime::builder().build().unwrap().run(move || {
+///     let handle: smarm::ShutdownHandle = smarm::shutdown_handle();
+///     std::thread::spawn(move || tx.send(handle.shutdown()).unwrap());
 ///     loop {
 ///         smarm::sleep(std::time::Duration::from_millis(1)); // stopped here
 ///     }
 /// });
 /// assert!(matches!(r, Err(smarm::RunError::Root(smarm::DownReason::Shutdown))));
+/// assert_eq!(rx.recv(), Ok(true));
 /// ```
-#[derive(Clone, Debug)]
-pub struct ShutdownHandle {
-    rt: std::sync::Weak<Shared>,
-}
-
-impl ShutdownHandle {
-    /// Starts the runtime's graceful shutdown, as [`shutdown`] does in one of its actors.
-    /// Returns false if the runtime has already ended.
-    ///
-    /// ```
-    /// let (tx, rx) = std::sync::mpsc::channel();
-    /// let r = smarm::Runtime::builder().build().unwrap().run(move || {
-    ///     let h = smarm::shutdown_handle();
-    ///     std::thread::spawn(move || tx.send(h.shutdown()).unwrap());
-    ///     loop {
-    ///         smarm::sleep(std::time::Duration::from_millis(1)); // stopped here
-    ///     }
-    /// });
-    /// assert!(matches!(r, Err(smarm::RunError::Root(smarm::DownReason::Shutdown))));
-    /// assert_eq!(rx.recv(), Ok(true));
-    /// ```
-    pub fn shutdown(&self) -> bool {
-        let Some(sh) = self.rt.upgrade() else { return false };
-        if sh.lifecycle.is_finished() {
-            return false;
-        }
-        if let Some(root) = sh.root_pid() {
-            stop_with(&sh, root, DownReason::Shutdown);
-        }
-        true
-    }
-}
+pub type ShutdownHandle = crate::task::Handle;
 
 /// A [`ShutdownHandle`] for the calling actor's runtime.
 ///
@@ -1226,10 +1197,7 @@ impl ShutdownHandle {
 /// # Panics
 /// Outside an actor.
 pub fn shutdown_handle() -> ShutdownHandle {
-    let w = crate::runtime::current_worker();
-    let _ = me("shutdown_handle");
-    // SAFETY: `me` returned, so this thread runs an actor and has a live worker.
-    ShutdownHandle { rt: std::sync::Arc::downgrade(&unsafe { &*w }.shared_arc()) }
+    crate::task::Handle::current()
 }
 
 /// The calling actor's signal box, for `select!`'s `recv_signal()` arm. Not a stable API.

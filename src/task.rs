@@ -889,9 +889,10 @@ pub fn current_thread_index() -> Option<usize> {
 /// only inside [`Runtime::run`]: before `run` starts and after it ends, spawns fail with
 /// [`SpawnError::NotRunning`] and [`shutdown`](Handle::shutdown) returns false.
 ///
-/// Sending needs no handle: an [`Addr`] (or a channel `Sender`) works from any thread, as
-/// do `whereis` lookups. [`ShutdownHandle`](crate::ShutdownHandle) is the same shutdown
-/// request without the spawns.
+/// Sending needs no handle: an [`Addr`] (or a channel `Sender`) works from any thread; name
+/// lookups from another thread go through the handle ([`whereis`](Handle::whereis),
+/// [`whereis_addr`](Handle::whereis_addr)). [`ShutdownHandle`](crate::ShutdownHandle) is
+/// another name for this type.
 ///
 /// ```
 /// use std::time::Duration;
