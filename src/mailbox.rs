@@ -47,7 +47,7 @@ use crate::channel::{RecvTimeoutError, SelectRecv, SelectWaiter, Selectable, Sen
 use crate::error::LookupError;
 use crate::hand::{Hand, HandPtr};
 use crate::process::{Down, Exit, Signal, SignalSink};
-use crate::raw_mutex::{Rank, RawMutex};
+use crate::raw_mutex::{Rank, RawGuard, RawMutex};
 use crate::runtime::{Shared, WaitLimit, Waiter};
 use crate::slot_state::Pid;
 
@@ -198,6 +198,25 @@ impl<M> MailboxInner<M> {
 }
 
 impl<M> MailboxInner<M> {
+    /// The park of the selective receives (`recv_owned`, `recv_all_where`): registers the
+    /// owner as the waiter, releases the lock and parks within `limit` (deregistered if the
+    /// park unwinds, as in `recv_where`), then relocks and clears the registration. Returns
+    /// the relocked state and whether the limit passed.
+    fn park_selective<'a>(
+        &'a self,
+        mut s: RawGuard<'a, State<M>>,
+        limit: &mut WaitLimit,
+    ) -> (RawGuard<'a, State<M>>, bool) {
+        s.waiter = Some(Waiter::current());
+        drop(s);
+        let guard = Deregister(self);
+        let timed_out = limit.park();
+        std::mem::forget(guard);
+        let mut s = self.state.lock();
+        s.waiter = None;
+        (s, timed_out)
+    }
+
     /// Takes the first envelope that `test` accepts, parking until one arrives or the limit
     /// passes. `test` gets each envelope *by value* and hands it back with its verdict (see
     /// [`find_owned`]), so that [`receive!`](macro@crate::receive) can match it with by-value
@@ -213,14 +232,8 @@ impl<M> MailboxInner<M> {
             if let Some(i) = find_owned(&mut s.queue, &mut test) {
                 return s.queue.remove(i);
             }
-            s.waiter = Some(Waiter::current());
-            drop(s);
-            // As in `recv_where`: deregisters if the park unwinds.
-            let guard = Deregister(self);
-            let timed_out = limit.park();
-            std::mem::forget(guard);
-            s = self.state.lock();
-            s.waiter = None;
+            let timed_out;
+            (s, timed_out) = self.park_selective(s, &mut limit);
             if timed_out {
                 // The limit passed: one last look, then time out.
                 let i = find_owned(&mut s.queue, &mut test)?;
@@ -253,14 +266,8 @@ impl<M> MailboxInner<M> {
             if out.len() > before {
                 return true;
             }
-            s.waiter = Some(Waiter::current());
-            drop(s);
-            // As in `recv_where`: deregisters if the park unwinds.
-            let guard = Deregister(self);
-            let timed_out = limit.park();
-            std::mem::forget(guard);
-            s = self.state.lock();
-            s.waiter = None;
+            let timed_out;
+            (s, timed_out) = self.park_selective(s, &mut limit);
             if timed_out {
                 // The limit passed: one last look, then time out.
                 take_unseen(&mut s.queue, seen, &mut pred, out);

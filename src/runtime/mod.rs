@@ -105,7 +105,7 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::f
 /// Default number of released stacks each runtime keeps mapped for reuse.
 pub const DEFAULT_WARM_STACKS: usize = 1024;
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct Config {
     pub(crate) threads: usize,
     pub(crate) max_actors: usize,
@@ -121,26 +121,16 @@ pub(crate) struct Config {
     pub(crate) on_actor_panic: Option<PanicHook>,
 }
 
-impl std::fmt::Debug for Config {
+/// The hook of [`Builder::on_actor_panic`] (its `Debug` names it, so the configuration's
+/// `Debug` can be derived).
+#[derive(Clone)]
+pub(crate) struct PanicHook(pub(crate) Arc<dyn Fn(&ActorPanic<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for PanicHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("threads", &self.threads)
-            .field("max_actors", &self.max_actors)
-            .field("stack_size", &self.stack_size)
-            .field("timeslice_cycles", &self.timeslice_cycles)
-            .field("lifo_run_limit", &self.lifo_run_limit)
-            .field("quiet_panics", &self.quiet_panics)
-            .field("shutdown_timeout", &self.shutdown_timeout)
-            .field("warm_stacks", &self.warm_stacks)
-            .field("max_blocking_threads", &self.max_blocking_threads)
-            .field("threads_setup", &self.threads_setup)
-            .field("on_actor_panic", &self.on_actor_panic.is_some())
-            .finish()
+        f.write_str("PanicHook")
     }
 }
-
-/// The hook of [`Builder::on_actor_panic`].
-pub(crate) type PanicHook = Arc<dyn Fn(&ActorPanic<'_>) + Send + Sync>;
 
 /// How the runtime's OS threads are named, and the hooks they run
 /// ([`Builder::thread_name`], [`Builder::on_thread_start`], [`Builder::on_thread_stop`]).
@@ -220,7 +210,7 @@ fn run_thread_hook(hook: &ThreadHook, what: &str) {
 /// let rt = smarm::Runtime::builder().threads(2).max_actors(1024).build().unwrap();
 /// assert_eq!(rt.run(|| 1 + 1).unwrap(), 2);
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Builder {
     threads: Option<usize>,
     max_actors: usize,
@@ -233,24 +223,6 @@ pub struct Builder {
     max_blocking_threads: usize,
     threads_setup: ThreadSetup,
     on_actor_panic: Option<PanicHook>,
-}
-
-impl std::fmt::Debug for Builder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Builder")
-            .field("threads", &self.threads)
-            .field("max_actors", &self.max_actors)
-            .field("stack_size", &self.stack_size)
-            .field("timeslice_cycles", &self.timeslice_cycles)
-            .field("lifo_run_limit", &self.lifo_run_limit)
-            .field("quiet_panics", &self.quiet_panics)
-            .field("warm_stacks", &self.warm_stacks)
-            .field("shutdown_timeout", &self.shutdown_timeout)
-            .field("max_blocking_threads", &self.max_blocking_threads)
-            .field("threads_setup", &self.threads_setup)
-            .field("on_actor_panic", &self.on_actor_panic.is_some())
-            .finish()
-    }
 }
 
 impl Default for Builder {
@@ -402,7 +374,7 @@ impl Builder {
     /// assert_eq!(*seen.lock().unwrap(), [(pid, Some("db".to_owned()), "lost connection".to_owned(), true)]);
     /// ```
     pub fn on_actor_panic(mut self, hook: impl Fn(&ActorPanic<'_>) + Send + Sync + 'static) -> Self {
-        self.on_actor_panic = Some(Arc::new(hook));
+        self.on_actor_panic = Some(PanicHook(Arc::new(hook)));
         self
     }
     /// Released stacks kept mapped for reuse (default 1,024); more are unmapped. Nothing is

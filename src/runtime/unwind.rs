@@ -126,7 +126,7 @@ pub(crate) fn install_process_hooks() {
 /// `Builder::on_actor_panic` hook if it has one, else to stderr unless `quiet_panics`.
 fn report_actor_panic(shared: &super::Shared, panic: &ActorPanic<'_>) {
     if let Some(hook) = &shared.config.on_actor_panic {
-        hook(panic);
+        (hook.0)(panic);
     } else if !shared.config.quiet_panics {
         use std::io::Write;
         // Not `eprintln!`: it panics if stderr is gone, and this runs inside a panic hook.
