@@ -405,6 +405,9 @@ pub enum CallError {
     Timeout,
     /// A server called or stopped itself (OTP's `calling_self`); nothing was sent.
     CallingSelf,
+    /// The reply of a server of another node did not decode into the reply type (feature
+    /// `cluster`; the decoder's message).
+    BadReply(String),
 }
 
 impl fmt::Display for CallError {
@@ -414,6 +417,7 @@ impl fmt::Display for CallError {
             CallError::Down(r) => write!(f, "gen_server call: the server died ({r})"),
             CallError::Timeout => f.write_str("gen_server call: timed out"),
             CallError::CallingSelf => f.write_str("gen_server call: a server called or stopped itself"),
+            CallError::BadReply(e) => write!(f, "gen_server call: the reply did not decode: {e}"),
         }
     }
 }

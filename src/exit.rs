@@ -35,6 +35,9 @@ pub enum DownReason {
     ShutdownWith(String),
     /// Any other reason given to [`exit`](crate::process::exit).
     Custom(String),
+    /// The connection to the node of a remote process was lost (Erlang's `noconnection`;
+    /// feature `cluster`): every monitor and link that crossed it fires with this reason.
+    NoConnection,
 }
 
 impl fmt::Display for DownReason {
@@ -47,6 +50,7 @@ impl fmt::Display for DownReason {
             DownReason::Shutdown => f.write_str("shutdown"),
             DownReason::ShutdownWith(t) => write!(f, "shutdown: {t}"),
             DownReason::Custom(r) => write!(f, "{r}"),
+            DownReason::NoConnection => f.write_str("noconnection"),
         }
     }
 }

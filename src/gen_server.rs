@@ -382,6 +382,14 @@ pub struct ServerRef<S: GenServer> {
     exit: WatchReceiver<Option<DownReason>>,
 }
 
+impl<S: GenServer> ServerRef<S> {
+    /// The server's mailbox address (feature `cluster`: where its remote decoder is set).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn mailbox_addr(&self) -> &Addr<Request<S>> {
+        &self.addr
+    }
+}
+
 impl<S: GenServer> Clone for ServerRef<S> {
     fn clone(&self) -> Self {
         ServerRef { addr: self.addr.clone(), exit: self.exit.clone() }

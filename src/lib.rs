@@ -71,6 +71,8 @@ mod backoff;
 mod behaviour;
 #[cfg(not(loom))]
 pub mod channel;
+#[cfg(all(feature = "cluster", not(loom)))]
+pub mod cluster;
 #[cfg(not(loom))]
 mod context;
 #[cfg(not(loom))]
@@ -154,6 +156,8 @@ mod api {
 
     pub use crate::actor::JoinHandle;
     pub use crate::channel::{RecvTimeoutError, TryRecvError};
+    #[cfg(feature = "cluster")]
+    pub use crate::cluster::{connect, disconnect, monitor_nodes, node, nodes};
     pub use crate::error::{BuildError, LookupError, RunError, SpawnError};
     pub use crate::mailbox::{Addr, Envelope, Mailbox};
     pub use crate::offload::{block_on, spawn_blocking, BlockingHandle};

@@ -112,6 +112,26 @@ struct State<M> {
 pub(crate) struct MailboxInner<M> {
     state: RawMutex<State<M>>,
     pid: Pid,
+    /// How a term from another node becomes an `M` (feature `cluster`): set once by
+    /// `Mailbox::accept_remote`; unset, remote messages to this actor are dropped and counted.
+    #[cfg(feature = "cluster")]
+    pub(crate) decode: std::sync::OnceLock<RemoteDecode<M>>,
+}
+
+/// Decodes a term from another node into a mailbox's message type (feature `cluster`).
+#[cfg(feature = "cluster")]
+pub(crate) type RemoteDecode<M> = fn(eetf::Term) -> Result<M, String>;
+
+/// Why a term from another node did not reach a mailbox (feature `cluster`).
+#[cfg(feature = "cluster")]
+#[derive(Debug)]
+pub(crate) enum TermRejected {
+    /// The actor never called `accept_remote`.
+    NotAccepted,
+    /// The term does not decode into the mailbox's type (the decoder's message).
+    Undecodable(String),
+    /// The mailbox is gone.
+    Dead,
 }
 
 impl<M> MailboxInner<M> {
@@ -122,6 +142,8 @@ impl<M> MailboxInner<M> {
                 State { queue: VecDeque::new(), waiter: None, hand: HandPtr::NONE, alive: true },
             ),
             pid,
+            #[cfg(feature = "cluster")]
+            decode: std::sync::OnceLock::new(),
         })
     }
 
@@ -353,6 +375,13 @@ impl<M: Send + 'static> SignalSink for MailboxInner<M> {
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }
+
+    #[cfg(feature = "cluster")]
+    fn push_term(&self, term: eetf::Term) -> Result<(), TermRejected> {
+        let decode = self.decode.get().ok_or(TermRejected::NotAccepted)?;
+        let msg = decode(term).map_err(TermRejected::Undecodable)?;
+        self.push(Envelope::Msg(msg)).map_err(|_| TermRejected::Dead)
+    }
 }
 
 /// An actor's own mailbox (given to the body by [`spawn_actor`](crate::spawn_actor)).
@@ -365,7 +394,7 @@ impl<M: Send + 'static> SignalSink for MailboxInner<M> {
 /// shared::<smarm::Mailbox<u32>>();
 /// ```
 pub struct Mailbox<M> {
-    inner: Arc<MailboxInner<M>>,
+    pub(crate) inner: Arc<MailboxInner<M>>,
     /// `!Sync`: a parked receive registers itself as *the* receiver (module doc).
     _one_receiver: std::marker::PhantomData<std::cell::Cell<()>>,
 }
@@ -521,7 +550,7 @@ impl<M: Send + 'static> Mailbox<M> {
     /// });
     /// ```
     pub fn addr(&self) -> Addr<M> {
-        Addr { inner: self.inner.clone() }
+        Addr::local(self.inner.clone())
     }
 
     /// The owning actor's pid.
@@ -630,24 +659,82 @@ impl<M: Send + 'static> SelectRecv for Mailbox<M> {
 /// });
 /// ```
 pub struct Addr<M> {
-    inner: Arc<MailboxInner<M>>,
+    to: To<M>,
+}
+
+/// Where an [`Addr`] sends: a local mailbox, or (feature `cluster`) a process of another node.
+/// (Without `cluster` the enum has one variant, and its matches are irrefutable.)
+enum To<M> {
+    Local(Arc<MailboxInner<M>>),
+    #[cfg(feature = "cluster")]
+    Remote(Arc<RemoteTo<M>>),
+}
+
+/// A remote [`Addr`]'s target (feature `cluster`): the pid, and the function (made where
+/// `M: Serialize` is known) that encodes a message and queues it on the node's connection.
+#[cfg(feature = "cluster")]
+pub(crate) struct RemoteTo<M> {
+    pub(crate) pid: Pid,
+    pub(crate) send: fn(Pid, M) -> Result<(), M>,
+}
+
+impl<M> Addr<M> {
+    /// A remote address (feature `cluster`; made by the cluster module).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn from_remote(to: RemoteTo<M>) -> Addr<M> {
+        Addr { to: To::Remote(Arc::new(to)) }
+    }
+
+    /// The mailbox of a local address (feature `cluster`: where its remote decoder is set).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn local_inner(&self) -> Option<&Arc<MailboxInner<M>>> {
+        match &self.to {
+            To::Local(inner) => Some(inner),
+            To::Remote(_) => None,
+        }
+    }
+
+    fn local(inner: Arc<MailboxInner<M>>) -> Addr<M> {
+        Addr { to: To::Local(inner) }
+    }
+
+    fn target_pid(&self) -> Pid {
+        match &self.to {
+            To::Local(inner) => inner.pid,
+            #[cfg(feature = "cluster")]
+            To::Remote(r) => r.pid,
+        }
+    }
 }
 
 impl<M> Clone for Addr<M> {
     fn clone(&self) -> Self {
-        Addr { inner: self.inner.clone() }
+        let to = match &self.to {
+            To::Local(inner) => To::Local(inner.clone()),
+            #[cfg(feature = "cluster")]
+            To::Remote(r) => To::Remote(r.clone()),
+        };
+        Addr { to }
     }
 }
 
 impl<M> fmt::Debug for Addr<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Addr({})", self.inner.pid)
+        write!(f, "Addr({})", self.target_pid())
     }
 }
 
 impl<M> PartialEq for Addr<M> {
+    /// Two addresses are equal if they reach the same mailbox (local) or the same pid
+    /// (remote).
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        match (&self.to, &other.to) {
+            (To::Local(a), To::Local(b)) => Arc::ptr_eq(a, b),
+            #[cfg(feature = "cluster")]
+            (To::Remote(a), To::Remote(b)) => a.pid == b.pid,
+            #[cfg(feature = "cluster")]
+            _ => false,
+        }
     }
 }
 impl<M> Eq for Addr<M> {}
@@ -666,8 +753,20 @@ impl<M: Send + 'static> Addr<M> {
     ///     a.send(2); // it has ended (or soon will): dropped, no error
     /// });
     /// ```
+    #[cfg_attr(not(feature = "cluster"), allow(clippy::infallible_destructuring_match))]
     pub fn send(&self, msg: M) {
-        match self.inner.push(Envelope::Msg(msg)) {
+        let inner = match &self.to {
+            To::Local(inner) => inner,
+            #[cfg(feature = "cluster")]
+            To::Remote(r) => {
+                // Fire-and-forget, as Erlang's `!` to a remote pid: an undeliverable message
+                // is dropped (and counted by the cluster module).
+                let _ = (r.send)(r.pid, msg);
+                crate::preempt::charge_send();
+                return;
+            }
+        };
+        match inner.push(Envelope::Msg(msg)) {
             Ok(()) => crate::preempt::charge_send(),
             Err(e) => {
                 drop(e);
@@ -697,8 +796,14 @@ impl<M: Send + 'static> Addr<M> {
     ///     assert_eq!(a.try_send(7), Err(SendError(7)));
     /// });
     /// ```
+    #[cfg_attr(not(feature = "cluster"), allow(clippy::infallible_destructuring_match))]
     pub fn try_send(&self, msg: M) -> Result<(), SendError<M>> {
-        self.inner.push(Envelope::Msg(msg)).map_err(|e| match e {
+        let inner = match &self.to {
+            To::Local(inner) => inner,
+            #[cfg(feature = "cluster")]
+            To::Remote(r) => return (r.send)(r.pid, msg).map_err(SendError),
+        };
+        inner.push(Envelope::Msg(msg)).map_err(|e| match e {
             Envelope::Msg(m) => SendError(m),
             _ => unreachable!("push hands back what it was given"),
         })
@@ -715,7 +820,7 @@ impl<M: Send + 'static> Addr<M> {
     /// });
     /// ```
     pub fn pid(&self) -> Pid {
-        self.inner.pid
+        self.target_pid()
     }
 
     /// True while the actor's mailbox exists.
@@ -732,7 +837,12 @@ impl<M: Send + 'static> Addr<M> {
     /// });
     /// ```
     pub fn is_alive(&self) -> bool {
-        self.inner.state.lock().alive
+        match &self.to {
+            To::Local(inner) => inner.state.lock().alive,
+            // Not known without asking the other node: monitor it to learn of its end.
+            #[cfg(feature = "cluster")]
+            To::Remote(_) => true,
+        }
     }
 
     /// The address of the live actor `pid` of the caller's runtime, if its mailbox takes
@@ -770,7 +880,7 @@ impl<M: Send + 'static> Addr<M> {
     pub(crate) fn from_pid_in(sh: &Shared, pid: Pid) -> Result<Addr<M>, LookupError> {
         let any = crate::process::sink_of(sh, pid)?;
         match any.downcast::<MailboxInner<M>>() {
-            Ok(inner) => Ok(Addr { inner }),
+            Ok(inner) => Ok(Addr::local(inner)),
             Err(any) if any.is::<MailboxInner<NoMsg>>() => Err(LookupError::NoMailbox),
             Err(_) => Err(LookupError::WrongType { expected: std::any::type_name::<M>() }),
         }

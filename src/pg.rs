@@ -127,7 +127,8 @@ pub fn members(group: &str) -> Vec<Pid> {
     crate::process::world(shared()).groups.lock().groups.get(group).cloned().unwrap_or_default()
 }
 
-/// Members of `group` on this node (all of them, without `cluster`).
+/// Members of `group` on this node (all of them, without `cluster`; with it, [`members`]
+/// also lists the members on other nodes that the node's `pg` scope learned of).
 ///
 /// ```
 /// use smarm::pg;
@@ -137,7 +138,30 @@ pub fn members(group: &str) -> Vec<Pid> {
 /// });
 /// ```
 pub fn local_members(group: &str) -> Vec<Pid> {
-    members(group)
+    let mut m = members(group);
+    m.retain(|p| !p.is_remote());
+    m
+}
+
+/// A member of `group` picked at random (`None` if it has none): spreads work over a group's
+/// members, local and (with `cluster`) remote.
+///
+/// ```
+/// use smarm::pg;
+/// smarm::run(|| {
+///     assert_eq!(pg::pick_any("g"), None);
+///     pg::join("g", smarm::current_pid()).unwrap();
+///     assert_eq!(pg::pick_any("g"), Some(smarm::current_pid()));
+/// });
+/// ```
+pub fn pick_any(group: &str) -> Option<Pid> {
+    let members = crate::process::world(shared()).groups.lock().groups.get(group).cloned()?;
+    // A cheap, well-spread index: the cycle counter mixed (splitmix64's finaliser).
+    let mut x = crate::context::rdtsc();
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    members.get((x % members.len() as u64) as usize).copied()
 }
 
 /// Groups with at least one member, in name order.

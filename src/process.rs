@@ -184,6 +184,10 @@ pub(crate) trait SignalSink: Send + Sync {
     fn remove_down(&self, id: u64) -> bool;
     /// The mailbox as `Any`, for typed name lookup.
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+    /// Decodes a term from another node into the mailbox's type and queues it (feature
+    /// `cluster`).
+    #[cfg(feature = "cluster")]
+    fn push_term(&self, term: eetf::Term) -> Result<(), crate::mailbox::TermRejected>;
 }
 
 /// The links of one actor, at most one per peer. A short vector, which an actor with a few
@@ -360,6 +364,39 @@ pub(crate) struct World {
     /// Supervisors started by non-supervisors, in start order (stopped in reverse when the
     /// root ends, before the shutdown sweep).
     root_sups: RawMutex<Vec<Pid>>,
+    /// The node of this runtime (feature `cluster`), through which monitors, links and exit
+    /// signals reach remote pids.
+    #[cfg(feature = "cluster")]
+    pub(crate) remote: std::sync::OnceLock<Arc<dyn RemoteOps>>,
+}
+
+/// What the process layer asks of the node for a remote pid (feature `cluster`; implemented
+/// by the cluster module, installed when a node starts).
+#[cfg(feature = "cluster")]
+pub(crate) trait RemoteOps: Send + Sync {
+    /// Monitors the remote `mref.target()` for `me`; the Down goes to `sink` (at once, with
+    /// `NoConnection`, if its node cannot be reached).
+    fn monitor(&self, me: Pid, sink: Arc<dyn SignalSink>, mref: MonitorRef);
+    /// Removes a monitor of a remote pid; true if it was active.
+    fn demonitor(&self, mref: MonitorRef) -> bool;
+    /// Sends the link request for `me` - `to` (remote); false if its node cannot be reached.
+    fn link(&self, me: Pid, to: Pid) -> bool;
+    /// Sends the unlink of `me` - `to` (remote).
+    fn unlink(&self, me: Pid, to: Pid);
+    /// An exit signal from `from` (local) to the remote `to`: of a link (`link`), or of
+    /// `exit`/`kill` (`Killed` from `kill` is sent as Erlang's untrappable `kill`).
+    fn exit_signal(&self, from: Pid, to: Pid, reason: &DownReason, link: bool, kill: bool);
+    /// The node, as `Any` (the cluster module's own state).
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+/// The node's hooks, if a node runs in `sh` and `pid` is remote.
+#[cfg(feature = "cluster")]
+fn remote_ops(sh: &Shared, pid: Pid) -> Option<&Arc<dyn RemoteOps>> {
+    if !pid.is_remote() {
+        return None;
+    }
+    world(sh).remote.get()
 }
 
 impl World {
@@ -369,6 +406,8 @@ impl World {
             registry: Registry::new(),
             groups: RawMutex::new(Rank::Pg, Default::default()),
             root_sups: RawMutex::new(Rank::Primitive, Vec::new()),
+            #[cfg(feature = "cluster")]
+            remote: std::sync::OnceLock::new(),
         })
     }
 
@@ -624,6 +663,11 @@ fn monitor_as(sh: &Shared, me: Pid, pid: Pid, name: Option<String>) -> MonitorRe
     // Relaxed: only uniqueness matters, which the RMW gives in any ordering.
     let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
     let mref = MonitorRef { id, target: pid };
+    #[cfg(feature = "cluster")]
+    if let Some(r) = remote_ops(sh, pid) {
+        r.monitor(me, sink, mref);
+        return mref;
+    }
     if let Some(lock) = proc_lock(sh, pid) {
         let mut slot = lock.lock();
         if alive_locked(sh, &slot, pid) {
@@ -653,6 +697,15 @@ fn monitor_as(sh: &Shared, me: Pid, pid: Pid, name: Option<String>) -> MonitorRe
 /// ```
 pub fn demonitor(mref: MonitorRef) -> bool {
     let (sh, _) = me("demonitor");
+    #[cfg(feature = "cluster")]
+    if let Some(r) = remote_ops(sh, mref.target) {
+        return r.demonitor(mref);
+    }
+    demonitor_in(sh, mref)
+}
+
+/// Removes the monitor `mref` of a local actor of `sh`.
+pub(crate) fn demonitor_in(sh: &Shared, mref: MonitorRef) -> bool {
     let Some(lock) = proc_lock(sh, mref.target) else { return false };
     let mut slot = lock.lock();
     match slot.existing(mref.target.generation()) {
@@ -722,7 +775,13 @@ pub fn link(pid: Pid) -> Result<(), DownReason> {
         }
         had
     };
+    #[cfg(feature = "cluster")]
+    let remote = remote_ops(sh, pid);
+    #[cfg(not(feature = "cluster"))]
+    let remote: Option<&()> = None;
     let linked = match proc_lock(sh, pid) {
+        #[cfg(feature = "cluster")]
+        _ if remote.is_some() => remote.is_some_and(|r| had_half || r.link(me, pid)),
         Some(lock) => {
             let mut slot = lock.lock();
             if alive_locked(sh, &slot, pid) {
@@ -737,7 +796,8 @@ pub fn link(pid: Pid) -> Result<(), DownReason> {
     if linked {
         return Ok(());
     }
-    // `pid` was already dead: it never held our half, so no signal of this link can come.
+    // `pid` was already dead (or, remote, its node unreachable): it never held our half, so
+    // no signal of this link can come.
     let trapping = {
         let mut slot = proc_lock(sh, me).expect("own slot").lock();
         let st = slot.state_for(me.generation());
@@ -746,11 +806,12 @@ pub fn link(pid: Pid) -> Result<(), DownReason> {
         }
         st.trap_exit
     };
+    let reason = if remote.is_some() { DownReason::NoConnection } else { DownReason::NoProc };
     if trapping {
-        own_sink(sh, me).push_signal(Signal::Exit(Exit { from: pid, reason: DownReason::NoProc }));
+        own_sink(sh, me).push_signal(Signal::Exit(Exit { from: pid, reason }));
         Ok(())
     } else {
-        Err(DownReason::NoProc)
+        Err(reason)
     }
 }
 
@@ -771,6 +832,15 @@ pub fn link(pid: Pid) -> Result<(), DownReason> {
 /// ```
 pub fn unlink(pid: Pid) {
     let (sh, me) = me("unlink");
+    #[cfg(feature = "cluster")]
+    if let Some(r) = remote_ops(sh, pid) {
+        let had = proc_lock(sh, me)
+            .is_some_and(|l| l.lock().existing(me.generation()).is_some_and(|st| st.links.remove(pid)));
+        if had {
+            r.unlink(me, pid);
+        }
+        return;
+    }
     for (a, b) in [(me, pid), (pid, me)] {
         if let Some(lock) = proc_lock(sh, a) {
             let mut slot = lock.lock();
@@ -837,6 +907,11 @@ pub fn exit(pid: Pid, reason: DownReason) {
         crate::runtime::check_cancelled_current();
         return;
     }
+    #[cfg(feature = "cluster")]
+    if let Some(r) = remote_ops(sh, pid) {
+        r.exit_signal(me, pid, &reason, false, false);
+        return;
+    }
     send_exit_signal(sh, me, pid, reason);
 }
 
@@ -866,6 +941,11 @@ pub fn exit(pid: Pid, reason: DownReason) {
 /// ```
 pub fn kill(pid: Pid) {
     let (sh, me) = me("kill");
+    #[cfg(feature = "cluster")]
+    if let Some(r) = remote_ops(sh, pid) {
+        r.exit_signal(me, pid, &DownReason::Killed, false, true);
+        return;
+    }
     stop(sh, pid, Cancel::Kill, None);
     if pid == me {
         crate::runtime::check_cancelled_current();
@@ -895,6 +975,54 @@ fn request_stop(sh: &Shared, st: &mut ProcState, pid: Pid, code: Cancel, reason:
     }
 }
 
+/// Kills the local actor `pid` (an untrappable `kill` from another node).
+#[cfg(feature = "cluster")]
+pub(crate) fn kill_in(sh: &Shared, pid: Pid) {
+    stop(sh, pid, Cancel::Kill, None);
+}
+
+/// A monitor of the local actor `target` whose Down goes to `sink` (a remote watcher's proxy);
+/// `None` if `target` is not alive (feature `cluster`).
+#[cfg(feature = "cluster")]
+pub(crate) fn monitor_for(sh: &Shared, target: Pid, sink: Arc<dyn SignalSink>) -> Option<MonitorRef> {
+    let lock = proc_lock(sh, target)?;
+    let mut slot = lock.lock();
+    if !alive_locked(sh, &slot, target) {
+        return None;
+    }
+    // Relaxed: only uniqueness matters.
+    let id = NEXT_MONITOR.fetch_add(1, Ordering::Relaxed);
+    slot.state_for(target.generation()).monitors.push(MonitorEntry { id, sink, name: None });
+    Some(MonitorRef { id, target })
+}
+
+/// A new monitor reference for a monitor of the remote `target` (feature `cluster`).
+#[cfg(feature = "cluster")]
+pub(crate) fn new_monitor_ref(target: Pid) -> MonitorRef {
+    // Relaxed: only uniqueness matters.
+    MonitorRef { id: NEXT_MONITOR.fetch_add(1, Ordering::Relaxed), target }
+}
+
+/// Adds the remote `peer` to the links of the local actor `pid` (an incoming LINK); false
+/// if `pid` is not alive (feature `cluster`).
+#[cfg(feature = "cluster")]
+pub(crate) fn add_remote_link(sh: &Shared, pid: Pid, peer: Pid) -> bool {
+    let Some(lock) = proc_lock(sh, pid) else { return false };
+    let mut slot = lock.lock();
+    if !alive_locked(sh, &slot, pid) {
+        return false;
+    }
+    slot.state_for(pid.generation()).links.insert(peer);
+    true
+}
+
+/// Removes the remote `peer` from the links of the local actor `pid` (an incoming UNLINK_ID;
+/// feature `cluster`).
+#[cfg(feature = "cluster")]
+pub(crate) fn remove_link(sh: &Shared, pid: Pid, peer: Pid) -> bool {
+    proc_lock(sh, pid).is_some_and(|l| l.lock().existing(pid.generation()).is_some_and(|st| st.links.remove(peer)))
+}
+
 /// Marks `pid` for stopping and wakes it.
 fn stop(sh: &Shared, pid: Pid, code: Cancel, reason: Option<DownReason>) {
     let Some(lock) = proc_lock(sh, pid) else { return };
@@ -909,7 +1037,7 @@ fn stop(sh: &Shared, pid: Pid, code: Cancel, reason: Option<DownReason>) {
 }
 
 /// Delivers an exit signal from `from` to `to` with `reason`.
-fn send_exit_signal(sh: &Shared, from: Pid, to: Pid, reason: DownReason) {
+pub(crate) fn send_exit_signal(sh: &Shared, from: Pid, to: Pid, reason: DownReason) {
     let Some(lock) = proc_lock(sh, to) else { return };
     let sink = {
         let mut slot = lock.lock();
@@ -986,7 +1114,12 @@ pub(crate) fn on_exit(sh: &Shared, pid: Pid, reason: &DownReason) {
 /// half under that lock too, so once `unlink` has returned no signal of the link can reach
 /// the caller any more (SEMANTICS.md, links): either it was delivered (queued, or the stop
 /// requested) before, or it never will be.
-fn send_link_exit(sh: &Shared, from: Pid, to: Pid, reason: &DownReason) {
+pub(crate) fn send_link_exit(sh: &Shared, from: Pid, to: Pid, reason: &DownReason) {
+    #[cfg(feature = "cluster")]
+    if let Some(r) = remote_ops(sh, to) {
+        r.exit_signal(from, to, reason, true, false);
+        return;
+    }
     let Some(lock) = proc_lock(sh, to) else { return };
     let stop_target = {
         let mut slot = lock.lock();
@@ -1046,6 +1179,17 @@ pub(crate) fn sink_of(sh: &Shared, pid: Pid) -> Result<Arc<dyn Any + Send + Sync
     let sink = slot.existing(pid.generation()).and_then(|s| s.sink.clone()).ok_or(LookupError::NoMailbox)?;
     drop(slot);
     Ok(sink.as_any())
+}
+
+/// The signal sink (mailbox) of a live actor: `NoProc` if `pid` is not alive, `NoMailbox` if
+/// it has none (feature `cluster`: where a term from another node is delivered).
+#[cfg(feature = "cluster")]
+pub(crate) fn signal_sink_of(sh: &Shared, pid: Pid) -> Result<Arc<dyn SignalSink>, LookupError> {
+    let mut slot = proc_lock(sh, pid).ok_or(LookupError::NoProc)?.lock();
+    if !alive_locked(sh, &slot, pid) {
+        return Err(LookupError::NoProc);
+    }
+    slot.existing(pid.generation()).and_then(|s| s.sink.clone()).ok_or(LookupError::NoMailbox)
 }
 
 /// The runtime of the calling thread: the one whose scheduler thread this is (an actor's,

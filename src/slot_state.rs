@@ -64,10 +64,17 @@ fn make(gen: u32, state: u64) -> u64 {
 /// occupancy.
 ///
 /// Opaque: compare, hash, print and pass it around. Printed Erlang-style as `<0.index.gen>`
-/// (the node part is always 0, the local node). The runtime is part of the value: pids of two
+/// (node 0: the local node). The runtime is part of the value: pids of two
 /// runtimes in one process never compare equal, and a runtime treats a pid of another one
 /// as a pid of no live actor (a `monitor` gets `NoProc`, a send does nothing), even where the
 /// printed forms coincide.
+///
+/// With feature `cluster` a pid may also name a process of another node (an Erlang node or a
+/// smarm one): its node name and creation are interned in a process-wide node table and the
+/// pid holds the table index, so it stays 12 bytes and `Copy`. It prints as `<N.id.serial>`
+/// with `N` > 0 (the table index plus one, as Erlang prints a remote pid with a non-zero node
+/// part). A node that restarts comes back with a new creation, hence a new table entry:
+/// pids of its previous incarnation never alias the new one's.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Pid {
     rt: u32,
@@ -86,11 +93,51 @@ impl Pid {
     pub(crate) fn generation(self) -> u32 {
         self.gen
     }
+
+    /// The runtime id of a local pid (its `rt` field), `None` for a remote pid.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn runtime_id(self) -> Option<u32> {
+        (self.rt & REMOTE_BIT == 0).then_some(self.rt)
+    }
+
+    /// A pid of another node: `node` is the node table index (`cluster::nodes`), `id` and
+    /// `serial` the Erlang pid's fields.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn remote(node: u32, id: u32, serial: u32) -> Pid {
+        debug_assert!(node & REMOTE_BIT == 0);
+        Pid { rt: REMOTE_BIT | node, index: id, gen: serial }
+    }
+
+    /// The local pid `index`/`gen` of runtime `rt` (a pid of ours decoded from the wire).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn local(rt: u32, index: u32, gen: u32) -> Pid {
+        Pid { rt, index, gen }
+    }
+
+    /// The node table index of a remote pid.
+    pub(crate) fn remote_node(self) -> Option<u32> {
+        (self.rt & REMOTE_BIT != 0).then_some(self.rt & !REMOTE_BIT)
+    }
+
+    /// True if the pid names a process of another node (feature `cluster`; always false
+    /// without it).
+    ///
+    /// ```
+    /// smarm::run(|| assert!(!smarm::current_pid().is_remote()));
+    /// ```
+    #[inline]
+    pub fn is_remote(self) -> bool {
+        self.rt & REMOTE_BIT != 0
+    }
 }
+
+/// The `rt` bit of a remote pid (local runtime ids stay below it: see `Slab::new`).
+const REMOTE_BIT: u32 = 1 << 31;
 
 impl fmt::Display for Pid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "<0.{}.{}>", self.index, self.gen)
+        let node = self.remote_node().map_or(0, |n| n as u64 + 1);
+        write!(f, "<{node}.{}.{}>", self.index, self.gen)
     }
 }
 
@@ -331,10 +378,14 @@ impl Slab {
 
     pub(crate) fn new(len: usize) -> Slab {
         assert!(len > 0 && len <= Self::MAX);
-        /// Runtime identities, unique within the process (wrapping after 2^32 runtimes).
+        /// Runtime identities, unique within the process (wrapping after 2^31 runtimes; the
+        /// top bit marks a remote pid, and 0 is no runtime's).
         static NEXT_RT: AtomicU32 = AtomicU32::new(1);
         // Relaxed: only uniqueness matters, which the RMW gives.
-        let rt = NEXT_RT.fetch_add(1, Ordering::Relaxed);
+        let rt = match NEXT_RT.fetch_add(1, Ordering::Relaxed) & !REMOTE_BIT {
+            0 => 1,
+            rt => rt,
+        };
         Slab { rt, slots: zeroed_slots(len), free_head: AtomicU64::new(NIL as u64), fresh: AtomicU64::new(0) }
     }
 

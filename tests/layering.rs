@@ -57,11 +57,14 @@ const LAYERS: &[(&str, u8)] = &[
     ("supervisor", 4),
     ("pg", 4),
     ("run", 4),
+    // 5 reach
+    ("cluster", 5),
 ];
 
 const FACADE: u8 = u8::MAX;
 
-const LAYER_NAMES: &[&str] = &["0 switch", "1 queues and parking", "2 scheduler", "3 actors' world", "4 behaviours"];
+const LAYER_NAMES: &[&str] =
+    &["0 switch", "1 queues and parking", "2 scheduler", "3 actors' world", "4 behaviours", "5 reach"];
 
 fn layer_name(l: u8) -> String {
     LAYER_NAMES.get(l as usize).map_or_else(|| "the crate-root facade".to_string(), |s| s.to_string())

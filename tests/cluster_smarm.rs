@@ -1,0 +1,287 @@
+//! smarm nodes in separate processes: this test binary re-executes itself with a role
+//! (`--role echo ...`) to run the other node. No EPMD is started: the first node serves the
+//! EPMD protocol in-process and the second registers with it (two smarm processes find each
+//! other with no setup).
+//!
+//! `harness = false`: `main` runs the scenarios in order and exits non-zero on the first
+//! failure (a panic), or runs a role when asked to.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use smarm::cluster::{self, NodeConfig, NodeEvent};
+use smarm::{Envelope, Mailbox, Pid};
+
+const COOKIE: &str = "smarm_pair_cookie";
+const WAIT: Duration = Duration::from_secs(30);
+
+fn config(name: &str, epmd_port: u16, cookie: &str) -> NodeConfig {
+    NodeConfig::new(name)
+        .cookie(cookie)
+        .epmd_port(epmd_port)
+        .listen("127.0.0.1".parse().unwrap())
+        .net_ticktime(Duration::from_secs(2))
+}
+
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Echo {
+    Ping(Pid, u64),
+    Pong(Pid, u64),
+}
+
+/// The other node: an `echo` actor that answers `{ping, From, N}` with `{pong, Self, N}`,
+/// until stdin closes.
+fn role_echo(name: &str, port: u16, cookie: &str) {
+    let (name, cookie) = (name.to_string(), cookie.to_string());
+    smarm::Runtime::builder()
+        .threads(2)
+        .build()
+        .unwrap()
+        .run(move || {
+            cluster::start(config(&name, port, &cookie)).unwrap();
+            let echo = smarm::spawn_actor(|mb: Mailbox<Echo>| {
+                mb.accept_remote();
+                loop {
+                    if let Envelope::Msg(Echo::Ping(from, n)) = mb.recv() {
+                        smarm::Addr::<Echo>::remote(from).send(Echo::Pong(smarm::current_pid(), n));
+                    }
+                }
+            });
+            smarm::register("echo", echo.pid()).unwrap();
+            println!("ready");
+            smarm::spawn_blocking(|| {
+                let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            })
+            .join()
+            .unwrap();
+        })
+        .unwrap();
+}
+
+/// A child process running a role; killed on drop.
+struct Peer {
+    child: Child,
+    lines: Mutex<mpsc::Receiver<String>>,
+    name: String,
+}
+
+impl Peer {
+    fn start(role: &str, name: &str, port: u16, cookie: &str) -> Arc<Peer> {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--role", role, name, &port.to_string(), cookie])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Arc::new(Peer { child, lines: Mutex::new(rx), name: name.to_string() })
+    }
+
+    /// Waits (bounded, on the blocking pool when called from an actor) for an output line.
+    fn expect(self: &Arc<Self>, want: &str) {
+        let (me, want) = (self.clone(), want.to_string());
+        let line = move || loop {
+            let l = me.lines.lock().unwrap().recv_timeout(WAIT).expect("peer output in time");
+            if l == want {
+                return;
+            }
+        };
+        smarm::spawn_blocking(line).join().unwrap();
+    }
+
+    fn signal(&self, sig: &str) {
+        Command::new("kill").args([&format!("-{sig}"), &self.child.id().to_string()]).status().unwrap();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.signal("CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn unique(p: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{p}_{}_{}@127.0.0.1", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    smarm::Runtime::builder().threads(2).build().unwrap().run(f).unwrap()
+}
+
+#[derive(Debug)]
+enum In {
+    Echo(Echo),
+    Node(NodeEvent),
+}
+impl From<NodeEvent> for In {
+    fn from(e: NodeEvent) -> In {
+        In::Node(e)
+    }
+}
+impl<'de> Deserialize<'de> for In {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<In, D::Error> {
+        Echo::deserialize(d).map(In::Echo)
+    }
+}
+
+/// Sends by name and by pid both ways, in order, with node monitoring.
+fn sends_both_ways() {
+    let port = free_port();
+    let peer = Peer::start("echo", &unique("echo_a"), port, COOKIE);
+    run(move || {
+        peer.expect("ready");
+        cluster::start(config(&unique("main_a"), port, COOKIE)).unwrap();
+        let (tx, rx) = smarm::channel::oneshot();
+        let p = peer.clone();
+        let me = smarm::spawn_actor(move |mb: Mailbox<In>| {
+            mb.accept_remote();
+            cluster::monitor_nodes(&mb.addr());
+            let me = smarm::current_pid();
+            for n in 0..100 {
+                cluster::send_named("echo", &p.name, &Echo::Ping(me, n));
+            }
+            let Envelope::Msg(In::Node(NodeEvent::Up(up))) = mb.recv() else { panic!("nodeup first") };
+            assert_eq!(up, p.name);
+            let mut echo_pid = None;
+            for n in 0..100 {
+                match mb.recv() {
+                    Envelope::Msg(In::Echo(Echo::Pong(from, m))) => {
+                        assert_eq!(m, n, "in order");
+                        assert!(from.is_remote());
+                        echo_pid = Some(from);
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            // By pid now.
+            let echo = smarm::Addr::<Echo>::remote(echo_pid.unwrap());
+            echo.send(Echo::Ping(me, 1000));
+            let Envelope::Msg(In::Echo(Echo::Pong(_, 1000))) = mb.recv() else { panic!("pong by pid") };
+            assert_eq!(smarm::nodes(), vec![p.name.clone()]);
+            assert!(smarm::disconnect(&p.name));
+            let Envelope::Msg(In::Node(NodeEvent::Down(down))) = mb.recv() else { panic!("nodedown") };
+            assert_eq!(down, p.name);
+            assert!(smarm::nodes().is_empty());
+            // A send reconnects on demand.
+            echo.send(Echo::Ping(me, 2000));
+            let Envelope::Msg(In::Node(NodeEvent::Up(_))) = mb.recv() else { panic!("nodeup again") };
+            let Envelope::Msg(In::Echo(Echo::Pong(_, 2000))) = mb.recv() else { panic!("pong after reconnect") };
+            tx.send(()).unwrap();
+        });
+        let _ = me;
+        rx.recv().unwrap();
+    });
+}
+
+/// A remote monitor and link, then the peer is killed (`KILL`) or stopped (`STOP`).
+fn lose_peer(sig: &'static str) {
+    let port = free_port();
+    let peer = Peer::start("echo", &unique("echo_b"), port, COOKIE);
+    run(move || {
+        peer.expect("ready");
+        cluster::start(config(&unique("main_b"), port, COOKIE)).unwrap();
+        let (tx, rx) = smarm::channel::channel();
+        let p = peer.clone();
+        let _a = smarm::spawn_actor(move |mb: Mailbox<In>| {
+            mb.accept_remote();
+            smarm::trap_exit(true);
+            cluster::send_named("echo", &p.name, &Echo::Ping(smarm::current_pid(), 1));
+            let Envelope::Msg(In::Echo(Echo::Pong(echo, 1))) = mb.recv() else { panic!("pong") };
+            let m = smarm::monitor(echo);
+            smarm::link(echo).unwrap();
+            tx.send(()).unwrap();
+            let mut got = Vec::new();
+            while got.len() < 2 {
+                match mb.recv() {
+                    Envelope::Down(d) if d.monitor == m => got.push(format!("down {}", d.reason)),
+                    Envelope::Exit(x) if x.from == echo => got.push(format!("exit {}", x.reason)),
+                    other => panic!("{other:?}"),
+                }
+            }
+            got.sort();
+            assert_eq!(got, ["down noconnection", "exit noconnection"]);
+            tx.send(()).unwrap();
+        });
+        rx.recv().unwrap();
+        peer.signal(sig);
+        rx.recv().unwrap();
+    });
+}
+
+/// A monitor of a pid on a node nobody can reach fires at once with noconnection.
+fn unreachable_node_monitor_fires_at_once() {
+    let port = free_port();
+    run(move || {
+        cluster::start(config(&unique("main_c"), port, COOKIE)).unwrap();
+        // A pid of a node that does not exist: learned from a term, as any remote pid is.
+        let ghost: Pid =
+            cluster::from_term(cluster::Term::Pid(cluster::eetf::Pid::new("ghost@127.0.0.1", 1, 0, 1))).unwrap();
+        let h = smarm::spawn(move || {
+            let m = smarm::monitor(ghost);
+            match smarm::recv_signal() {
+                smarm::Signal::Down(d) => (d.monitor == m, d.reason),
+                other => panic!("{other:?}"),
+            }
+        });
+        assert_eq!(h.join().unwrap(), (true, smarm::DownReason::NoConnection));
+    });
+}
+
+fn wrong_cookie_is_refused() {
+    let port = free_port();
+    let peer = Peer::start("echo", &unique("echo_d"), port, "other_cookie");
+    run(move || {
+        peer.expect("ready");
+        cluster::start(config(&unique("main_d"), port, COOKIE).quiet(true)).unwrap();
+        assert!(!smarm::connect(&peer.name));
+        assert!(smarm::nodes().is_empty());
+    });
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--role") {
+        match args[2].as_str() {
+            "echo" => role_echo(&args[3], args[4].parse().unwrap(), &args[5]),
+            r => panic!("unknown role {r}"),
+        }
+        return;
+    }
+    let filter = args.iter().skip(1).find(|a| !a.starts_with('-'));
+    let scenarios: &[(&str, fn())] = &[
+        ("sends_both_ways", sends_both_ways),
+        ("sigkill_gives_noconnection", || lose_peer("KILL")),
+        ("sigstop_detected_by_ticks", || lose_peer("STOP")),
+        ("unreachable_node_monitor_fires_at_once", unreachable_node_monitor_fires_at_once),
+        ("wrong_cookie_is_refused", wrong_cookie_is_refused),
+    ];
+    for (name, f) in scenarios {
+        if filter.is_some_and(|flt| !name.contains(flt.as_str())) {
+            continue;
+        }
+        eprintln!("cluster_smarm {name} ...");
+        f();
+        eprintln!("cluster_smarm {name} ok");
+    }
+}
