@@ -95,6 +95,17 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use call::{call, call_named};
+/// The wire codecs, for the fuzz targets and the malformed-input tests. Not a stable API.
+#[doc(hidden)]
+pub mod __wire {
+    pub use super::epmd::{fuzz_epmd, EpmdServer};
+    pub use super::etf::{decode_versioned, encode_versioned, EtfError, Limits};
+    pub use super::handshake::{
+        digest, frame, fuzz_acceptor, fuzz_initiator, read_frame, Acceptor, AcceptorStep, HandshakeError, Initiator,
+        InitiatorStep, NodeIdent, Status, OUR_FLAGS, REQUIRED_FLAGS,
+    };
+}
+
 /// The External Term Format crate smarm uses: build and inspect raw terms with it.
 pub use eetf;
 pub use eetf::Term;
