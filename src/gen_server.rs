@@ -1472,8 +1472,34 @@ pub fn cast_named<S: GenServer>(name: &str, msg: S::Cast) -> Result<(), CallErro
 /// });
 /// ```
 pub fn named<S: GenServer>(name: &str) -> Option<ServerRef<S>> {
-    let addr = crate::task::whereis_addr::<Request<S>>(name).ok()?;
-    let ext = crate::process::ext_of(addr.pid())?;
-    let exit = ext.downcast_ref::<WatchReceiver<Option<DownReason>>>()?.clone();
-    Some(ServerRef { addr, exit })
+    ServerRef::from_addr(crate::task::whereis_addr::<Request<S>>(name).ok()?)
+}
+
+impl<S: GenServer> ServerRef<S> {
+    /// The [`ServerRef`] of the live server `pid` of type `S` in the caller's runtime (a `pg`
+    /// member, a supervisor's child), if it is one.
+    ///
+    /// ```
+    /// # use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer, ServerRef};
+    /// # struct Echo;
+    /// # impl GenServer for Echo {
+    /// #     type Call = u32; type Reply = u32; type Cast = (); type Info = (); type Continue = ();
+    /// #     fn handle_call(&mut self, x: u32, _: &Caller<u32>, _: &Ctx<Self>) -> CallResult<u32> { CallResult::Reply(x) }
+    /// # }
+    /// smarm::run(|| {
+    ///     let s = gen_server::start(Echo).unwrap();
+    ///     let again = ServerRef::<Echo>::from_pid(s.pid()).unwrap();
+    ///     assert_eq!(again.call(7), Ok(7));
+    ///     assert!(ServerRef::<Echo>::from_pid(smarm::current_pid()).is_none()); // not a server
+    /// });
+    /// ```
+    pub fn from_pid(pid: Pid) -> Option<ServerRef<S>> {
+        Self::from_addr(Addr::from_pid(pid).ok()?)
+    }
+
+    fn from_addr(addr: Addr<Request<S>>) -> Option<ServerRef<S>> {
+        let ext = crate::process::ext_of(addr.pid())?;
+        let exit = ext.downcast_ref::<WatchReceiver<Option<DownReason>>>()?.clone();
+        Some(ServerRef { addr, exit })
+    }
 }

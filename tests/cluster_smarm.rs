@@ -6,7 +6,7 @@
 //! `harness = false`: `main` runs the scenarios in order and exits non-zero on the first
 //! failure (a panic), or runs a role when asked to.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -31,40 +31,90 @@ fn config(name: &str, epmd_port: u16, cookie: &str) -> NodeConfig {
 enum Echo {
     Ping(Pid, u64),
     Pong(Pid, u64),
+    /// Asks the echo node to call `calc` on the given node with `Add(n)` and answer
+    /// `Pong(self, result)`.
+    CallBack(Pid, String, u64),
+    /// Asks how many members the echo node sees in `workers`: `Pong(self, count)`.
+    PgCount(Pid),
 }
 
-/// The other node: an `echo` actor that answers `{ping, From, N}` with `{pong, Self, N}`,
-/// until stdin closes.
+/// A gen_server on both nodes: `{add, N}` adds to a total and returns it.
+struct Calc(u64);
+
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(rename_all = "snake_case")]
+enum CalcCall {
+    Add(u64),
+}
+
+impl smarm::gen_server::GenServer for Calc {
+    type Call = CalcCall;
+    type Reply = u64;
+    type Cast = ();
+    type Info = ();
+    type Continue = ();
+    fn handle_call(
+        &mut self,
+        CalcCall::Add(n): CalcCall,
+        _: &smarm::gen_server::Caller<u64>,
+        _: &smarm::gen_server::Ctx<Self>,
+    ) -> smarm::gen_server::CallResult<u64> {
+        self.0 += n;
+        smarm::gen_server::CallResult::Reply(self.0)
+    }
+}
+
+fn start_calc() {
+    let opts = smarm::gen_server::StartOpts { name: Some("calc".into()), link: false };
+    smarm::gen_server::start_opts(Calc(0), opts).unwrap().accept_remote();
+}
+
+/// The other node: an `echo` actor (see [`Echo`]), a `calc` server, the echo actor in the
+/// `pg` group `workers`; commands on stdin (`connect <node>`) until stdin closes.
 fn role_echo(name: &str, port: u16, cookie: &str) {
     let (name, cookie) = (name.to_string(), cookie.to_string());
-    smarm::Runtime::builder()
-        .threads(2)
-        .build()
-        .unwrap()
-        .run(move || {
-            cluster::start(config(&name, port, &cookie)).unwrap();
-            let echo = smarm::spawn_actor(|mb: Mailbox<Echo>| {
-                mb.accept_remote();
-                loop {
-                    if let Envelope::Msg(Echo::Ping(from, n)) = mb.recv() {
-                        smarm::Addr::<Echo>::remote(from).send(Echo::Pong(smarm::current_pid(), n));
+    let rt = smarm::Runtime::builder().threads(2).build().unwrap();
+    rt.run(move || {
+        cluster::start(config(&name, port, &cookie)).unwrap();
+        start_calc();
+        let echo = smarm::spawn_actor(|mb: Mailbox<Echo>| {
+            mb.accept_remote();
+            let me = smarm::current_pid();
+            loop {
+                let reply = match mb.recv() {
+                    Envelope::Msg(Echo::Ping(from, n)) => (from, n),
+                    Envelope::Msg(Echo::CallBack(from, node, n)) => {
+                        (from, cluster::call_named("calc", &node, &CalcCall::Add(n), WAIT).unwrap())
                     }
-                }
-            });
-            smarm::register("echo", echo.pid()).unwrap();
-            println!("ready");
-            smarm::spawn_blocking(|| {
-                let _ = std::io::stdin().read_to_end(&mut Vec::new());
-            })
-            .join()
-            .unwrap();
-        })
-        .unwrap();
+                    Envelope::Msg(Echo::PgCount(from)) => (from, smarm::pg::members("workers").len() as u64),
+                    _ => continue,
+                };
+                smarm::Addr::<Echo>::remote(reply.0).send(Echo::Pong(me, reply.1));
+            }
+        });
+        smarm::register("echo", echo.pid()).unwrap();
+        smarm::pg::join("workers", echo.pid()).unwrap();
+        println!("ready");
+        let (tx, rx) = smarm::channel::channel::<String>();
+        smarm::spawn_blocking(move || {
+            for line in std::io::stdin().lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        while let Ok(line) = rx.recv() {
+            if let Some(node) = line.strip_prefix("connect ") {
+                let ok = smarm::connect(node);
+                println!("connected {ok} {:?}", smarm::nodes());
+            }
+        }
+    })
+    .unwrap();
 }
 
 /// A child process running a role; killed on drop.
 struct Peer {
     child: Child,
+    stdin: Mutex<Option<std::process::ChildStdin>>,
     lines: Mutex<mpsc::Receiver<String>>,
     name: String,
 }
@@ -79,6 +129,7 @@ impl Peer {
             .spawn()
             .unwrap();
         let out = child.stdout.take().unwrap();
+        let stdin = Mutex::new(child.stdin.take());
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for l in BufReader::new(out).lines().map_while(Result::ok) {
@@ -87,7 +138,7 @@ impl Peer {
                 }
             }
         });
-        Arc::new(Peer { child, lines: Mutex::new(rx), name: name.to_string() })
+        Arc::new(Peer { child, stdin, lines: Mutex::new(rx), name: name.to_string() })
     }
 
     /// Waits (bounded, on the blocking pool when called from an actor) for an output line.
@@ -102,6 +153,23 @@ impl Peer {
         smarm::spawn_blocking(line).join().unwrap();
     }
 
+    /// Waits (bounded) for a line starting with `prefix`; returns the rest.
+    fn expect_prefix(self: &Arc<Self>, prefix: &str) -> String {
+        let (me, prefix) = (self.clone(), prefix.to_string());
+        let line = move || loop {
+            let l = me.lines.lock().unwrap().recv_timeout(WAIT).expect("peer output in time");
+            if let Some(rest) = l.strip_prefix(&prefix) {
+                return rest.to_string();
+            }
+        };
+        smarm::spawn_blocking(line).join().unwrap()
+    }
+
+    fn say(&self, line: &str) {
+        let mut stdin = self.stdin.lock().unwrap();
+        writeln!(stdin.as_mut().unwrap(), "{line}").unwrap();
+    }
+
     fn signal(&self, sig: &str) {
         Command::new("kill").args([&format!("-{sig}"), &self.child.id().to_string()]).status().unwrap();
     }
@@ -109,6 +177,7 @@ impl Peer {
 
 impl Drop for Peer {
     fn drop(&mut self) {
+        drop(self.stdin.lock().unwrap().take());
         self.signal("CONT");
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -248,6 +317,106 @@ fn unreachable_node_monitor_fires_at_once() {
     });
 }
 
+/// gen_server calls both ways between smarm nodes.
+fn calls_both_ways() {
+    let port = free_port();
+    let peer = Peer::start("echo", &unique("echo_e"), port, COOKIE);
+    run(move || {
+        peer.expect("ready");
+        let main = unique("main_e");
+        cluster::start(config(&main, port, COOKIE)).unwrap();
+        start_calc();
+        // main -> peer
+        assert_eq!(cluster::call_named::<u64>("calc", &peer.name, &CalcCall::Add(5), WAIT), Ok(5));
+        assert_eq!(cluster::call_named::<u64>("calc", &peer.name, &CalcCall::Add(2), WAIT), Ok(7));
+        // peer -> main, asked through its echo actor
+        let (tx, rx) = smarm::channel::oneshot();
+        let p = peer.clone();
+        smarm::spawn_actor(move |mb: Mailbox<Echo>| {
+            mb.accept_remote();
+            cluster::send_named("echo", &p.name, &Echo::CallBack(smarm::current_pid(), main.clone(), 40));
+            let Envelope::Msg(Echo::Pong(_, r)) = mb.recv() else { panic!("pong") };
+            tx.send(r).unwrap();
+        });
+        assert_eq!(rx.recv(), Ok(40));
+        assert_eq!(smarm::gen_server::named::<Calc>("calc").unwrap().call(CalcCall::Add(2)), Ok(42));
+    });
+}
+
+/// pg groups span smarm nodes; a lost node's members leave.
+fn pg_both_ways() {
+    use smarm::pg::{self, PgEvent};
+    let port = free_port();
+    let peer = Peer::start("echo", &unique("echo_f"), port, COOKIE);
+    run(move || {
+        peer.expect("ready");
+        cluster::start(config(&unique("main_f"), port, COOKIE)).unwrap();
+        let (_, events) = pg::monitor_scope();
+        let (done_tx, done_rx) = smarm::channel::oneshot::<()>();
+        let p = peer.clone();
+        let (tx, rx) = smarm::channel::channel();
+        let me = smarm::spawn_actor(move |mb: Mailbox<Echo>| {
+            mb.accept_remote();
+            smarm::pg::join("workers", smarm::current_pid()).unwrap();
+            assert!(smarm::connect(&p.name));
+            // Ask until the peer counts both members (its view converges after the sync).
+            for _ in 0..1000 {
+                cluster::send_named("echo", &p.name, &Echo::PgCount(smarm::current_pid()));
+                let Envelope::Msg(Echo::Pong(_, n)) = mb.recv() else { panic!("pong") };
+                if n == 2 {
+                    tx.send(()).unwrap();
+                    break;
+                }
+                smarm::yield_now();
+            }
+            let _ = done_rx.recv();
+        });
+        rx.recv_timeout(WAIT).expect("the peer sees our member");
+        let remote = loop {
+            match events.recv_timeout(WAIT).expect("a pg event") {
+                PgEvent::Join { group, pids } if group == "workers" && pids[0].is_remote() => break pids[0],
+                _ => {}
+            }
+        };
+        assert_eq!(pg::members("workers").len(), 2);
+        assert_eq!(pg::local_members("workers"), [me.pid()]);
+        peer.signal("KILL");
+        loop {
+            match events.recv_timeout(WAIT).expect("a pg event") {
+                PgEvent::Leave { group, pids } if group == "workers" && pids == [remote] => break,
+                _ => {}
+            }
+        }
+        assert_eq!(pg::members("workers"), [me.pid()]);
+        done_tx.send(()).unwrap();
+    });
+}
+
+/// Both nodes connect to each other at once: one connection survives on both sides.
+fn simultaneous_connect() {
+    let port = free_port();
+    let peer = Peer::start("echo", &unique("echo_g"), port, COOKIE);
+    run(move || {
+        peer.expect("ready");
+        let main = unique("main_g");
+        cluster::start(config(&main, port, COOKIE)).unwrap();
+        peer.say(&format!("connect {main}"));
+        assert!(smarm::connect(&peer.name));
+        assert_eq!(peer.expect_prefix("connected "), format!("true [{main:?}]"));
+        assert_eq!(smarm::nodes(), vec![peer.name.clone()]);
+        // The surviving connection carries messages both ways.
+        let (tx, rx) = smarm::channel::oneshot();
+        let p = peer.clone();
+        smarm::spawn_actor(move |mb: Mailbox<Echo>| {
+            mb.accept_remote();
+            cluster::send_named("echo", &p.name, &Echo::Ping(smarm::current_pid(), 9));
+            let Envelope::Msg(Echo::Pong(_, 9)) = mb.recv() else { panic!("pong") };
+            tx.send(()).unwrap();
+        });
+        rx.recv().unwrap();
+    });
+}
+
 fn wrong_cookie_is_refused() {
     let port = free_port();
     let peer = Peer::start("echo", &unique("echo_d"), port, "other_cookie");
@@ -275,6 +444,9 @@ fn main() {
         ("sigstop_detected_by_ticks", || lose_peer("STOP")),
         ("unreachable_node_monitor_fires_at_once", unreachable_node_monitor_fires_at_once),
         ("wrong_cookie_is_refused", wrong_cookie_is_refused),
+        ("calls_both_ways", calls_both_ways),
+        ("pg_both_ways", pg_both_ways),
+        ("simultaneous_connect", simultaneous_connect),
     ];
     for (name, f) in scenarios {
         if filter.is_some_and(|flt| !name.contains(flt.as_str())) {

@@ -492,6 +492,15 @@ pub fn node() -> Option<String> {
     current_shared().map(|s| s.local.name.to_string())
 }
 
+/// The node of `pid`: its node's name for a remote pid, this node's for a local one (`None`
+/// if no node runs and the pid is local).
+pub fn node_of(pid: Pid) -> Option<String> {
+    match nodes::node_of(pid) {
+        Some((name, _)) => Some(name.to_string()),
+        None => node(),
+    }
+}
+
 /// The nodes this node is connected to.
 pub fn nodes() -> Vec<String> {
     let Some(sh) = current_shared() else { return Vec::new() };
