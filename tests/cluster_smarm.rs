@@ -36,6 +36,9 @@ enum Echo {
     CallBack(Pid, String, u64),
     /// Asks how many members the echo node sees in `workers`: `Pong(self, count)`.
     PgCount(Pid),
+    /// A payload to count: the echo node answers `Pong(self, n)` after the `n`-th blob whose
+    /// second field is true.
+    Blob(Pid, bool, Vec<u8>),
 }
 
 /// A gen_server on both nodes: `{add, N}` adds to a total and returns it.
@@ -80,6 +83,7 @@ fn role_echo(name: &str, port: u16, cookie: &str) {
         let echo = smarm::spawn_actor(|mb: Mailbox<Echo>| {
             mb.accept_remote();
             let me = smarm::current_pid();
+            let (mut blobs, mut bytes) = (0u64, 0u64);
             loop {
                 let reply = match mb.recv() {
                     Envelope::Msg(Echo::Ping(from, n)) => (from, n),
@@ -87,6 +91,14 @@ fn role_echo(name: &str, port: u16, cookie: &str) {
                         (from, cluster::call_named("calc", &node, &CalcCall::Add(n), WAIT).unwrap())
                     }
                     Envelope::Msg(Echo::PgCount(from)) => (from, smarm::pg::members("workers").len() as u64),
+                    Envelope::Msg(Echo::Blob(from, last, data)) => {
+                        blobs += 1;
+                        bytes += data.len() as u64;
+                        if !last {
+                            continue;
+                        }
+                        (from, blobs * 1_000_000_000 + bytes)
+                    }
                     _ => continue,
                 };
                 smarm::Addr::<Echo>::remote(reply.0).send(Echo::Pong(me, reply.1));
@@ -417,6 +429,46 @@ fn simultaneous_connect() {
     });
 }
 
+/// A sender to a stopped peer parks once the connection's buffer is over the busy limit:
+/// the buffer never holds more than the limit and one frame; everything arrives once the
+/// peer runs again.
+fn busy_limit_bounds_the_output_buffer() {
+    const LIMIT: usize = 256 << 10;
+    const BLOB: usize = 64 << 10;
+    const N: u64 = 200;
+    let port = free_port();
+    let peer = Peer::start("echo", &unique("echo_h"), port, COOKIE);
+    run(move || {
+        peer.expect("ready");
+        let node = cluster::start(config(&unique("main_h"), port, COOKIE).busy_limit(LIMIT)).unwrap();
+        assert!(smarm::connect(&peer.name));
+        peer.signal("STOP");
+        let (tx, rx) = smarm::channel::oneshot();
+        let (p, n2) = (peer.clone(), node.clone());
+        smarm::spawn_actor(move |mb: Mailbox<Echo>| {
+            mb.accept_remote();
+            let me = smarm::current_pid();
+            let mut most = 0;
+            for i in 1..=N {
+                cluster::send_named("echo", &p.name, &Echo::Blob(me, i == N, vec![7u8; BLOB]));
+                most = most.max(n2.queued_bytes(&p.name).unwrap());
+            }
+            let Envelope::Msg(Echo::Pong(_, got)) = mb.recv() else { panic!("pong") };
+            tx.send((most, got)).unwrap();
+        });
+        // Wait (bounded) until the sender has filled the buffer, then let the peer run.
+        let deadline = std::time::Instant::now() + WAIT;
+        while node.queued_bytes(&peer.name).unwrap() < LIMIT {
+            assert!(std::time::Instant::now() < deadline, "the buffer never filled");
+            smarm::sleep(Duration::from_millis(2));
+        }
+        peer.signal("CONT");
+        let (most, got) = rx.recv().unwrap();
+        assert!(most <= LIMIT + BLOB + 1024, "the buffer held {most} bytes (limit {LIMIT})");
+        assert_eq!(got, N * 1_000_000_000 + N * BLOB as u64, "every blob arrived");
+    });
+}
+
 fn wrong_cookie_is_refused() {
     let port = free_port();
     let peer = Peer::start("echo", &unique("echo_d"), port, "other_cookie");
@@ -447,6 +499,7 @@ fn main() {
         ("calls_both_ways", calls_both_ways),
         ("pg_both_ways", pg_both_ways),
         ("simultaneous_connect", simultaneous_connect),
+        ("busy_limit_bounds_the_output_buffer", busy_limit_bounds_the_output_buffer),
     ];
     for (name, f) in scenarios {
         if filter.is_some_and(|flt| !name.contains(flt.as_str())) {

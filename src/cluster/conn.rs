@@ -75,6 +75,8 @@ pub(crate) struct Conn {
 struct Out {
     buf: Vec<u8>,
     closed: bool,
+    /// Senders parked because `buf` was over the busy limit; woken when the writer takes it.
+    busy_waiters: Vec<OneshotSender<()>>,
 }
 
 impl Conn {
@@ -97,6 +99,37 @@ impl Conn {
         true
     }
 
+    /// [`enqueue`](Self::enqueue) for a process's own send (Erlang's `!`): while the buffer
+    /// holds more than the node's busy limit, the sender waits until the writer has taken it
+    /// (OTP suspends a sender on a busy distribution port the same way), so a fast producer
+    /// cannot grow the buffer without bound. Runtime-internal frames (replies, monitor exits,
+    /// ticks) never wait.
+    pub(crate) fn enqueue_user(&self, bytes: &[u8], busy_limit: usize) -> bool {
+        loop {
+            let wait = {
+                let mut o = self.out.lock();
+                if o.closed {
+                    return false;
+                }
+                if o.buf.len() <= busy_limit {
+                    None
+                } else {
+                    let (tx, rx) = channel::oneshot();
+                    o.busy_waiters.push(tx);
+                    Some(rx)
+                }
+            };
+            match wait {
+                None => return self.enqueue(bytes),
+                // Woken when the writer took the buffer (or dropped when the connection closed:
+                // the next round sees `closed`).
+                Some(rx) => {
+                    let _ = rx.recv();
+                }
+            }
+        }
+    }
+
     /// Encodes one frame and queues it.
     pub(crate) fn send_frame(&self, ctrl: &Term, payload: Option<&Term>) -> bool {
         let mut bytes = Vec::new();
@@ -115,10 +148,16 @@ impl Conn {
             }
             o.closed = true;
             o.buf = Vec::new();
+            o.busy_waiters.clear();
         }
         let _ = why;
         let _ = self.stream.shutdown(Shutdown::Both);
         let _ = self.kick.try_send(());
+    }
+
+    /// Bytes waiting for the writer.
+    pub(crate) fn queued(&self) -> usize {
+        self.out.lock().buf.len()
     }
 
     fn is_closed(&self) -> bool {
@@ -507,7 +546,7 @@ fn route(sh: &Arc<NodeShared>, name: &str, creation: Option<u32>, frame: Vec<u8>
             }
             let c = c.clone();
             drop(conns);
-            c.enqueue(&frame)
+            c.enqueue_user(&frame, sh.cfg.busy_limit)
         }
         Some(Slot::Pending(p)) => {
             if p.queued.len() + frame.len() > MAX_PENDING_BYTES {
@@ -618,7 +657,7 @@ fn run_connection(sh: Arc<NodeShared>, stream: TcpStream, peer: NodeIdent) {
     let conn = Arc::new(Conn {
         peer,
         stream,
-        out: Mutex::new(Out { buf: Vec::new(), closed: false }),
+        out: Mutex::new(Out { buf: Vec::new(), closed: false, busy_waiters: Vec::new() }),
         kick,
         wrote: AtomicBool::new(false),
         received: AtomicU64::new(0),
@@ -712,6 +751,9 @@ fn writer(conn: Arc<Conn>, mut s: TcpStream, kick: Receiver<()>) {
                 return;
             }
             std::mem::swap(&mut o.buf, &mut spare);
+            for w in o.busy_waiters.drain(..) {
+                let _ = w.send(());
+            }
         }
         if spare.is_empty() {
             continue;

@@ -143,6 +143,7 @@ pub struct NodeConfig {
     epmd: Epmd,
     epmd_port: Option<u16>,
     max_frame: usize,
+    pub(crate) busy_limit: usize,
     peers: HashMap<String, SocketAddr>,
     quiet: bool,
 }
@@ -166,6 +167,8 @@ pub const DEFAULT_NET_TICKTIME: Duration = Duration::from_secs(60);
 pub const DEFAULT_SETUP_TIME: Duration = Duration::from_secs(7);
 /// Default cap on one distribution frame after the handshake.
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+/// Default busy limit of a connection's output buffer (OTP's `dist_buf_busy_limit`, 1 MiB).
+pub const DEFAULT_BUSY_LIMIT: usize = 1 << 20;
 
 impl NodeConfig {
     /// A node named `name`: `alive@host` (a long name if `host` has dots, a short name
@@ -183,6 +186,7 @@ impl NodeConfig {
             epmd: Epmd::Auto,
             epmd_port: None,
             max_frame: DEFAULT_MAX_FRAME,
+            busy_limit: DEFAULT_BUSY_LIMIT,
             peers: HashMap::new(),
             quiet: false,
         }
@@ -237,6 +241,14 @@ impl NodeConfig {
     /// the connection before anything is allocated for it.
     pub fn max_frame(mut self, bytes: usize) -> Self {
         self.max_frame = bytes.max(64);
+        self
+    }
+
+    /// The busy limit of each connection's output buffer (default 1 MiB, OTP's
+    /// `dist_buf_busy_limit`): a process that sends while more than this waits to be written
+    /// parks until the writer has taken it.
+    pub fn busy_limit(mut self, bytes: usize) -> Self {
+        self.busy_limit = bytes;
         self
     }
 
@@ -343,6 +355,12 @@ impl Node {
     /// The distribution listener's port.
     pub fn port(&self) -> u16 {
         self.shared.port
+    }
+
+    /// Bytes waiting in the output buffer of the connection to `node` (`None` if it is not
+    /// connected): what the busy limit bounds.
+    pub fn queued_bytes(&self, node: &str) -> Option<usize> {
+        conn::up(&self.shared, node).map(|c| c.queued())
     }
 
     /// Messages from other nodes dropped so far: undecodable into the receiver's type, sent
