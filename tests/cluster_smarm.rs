@@ -469,6 +469,35 @@ fn busy_limit_bounds_the_output_buffer() {
     });
 }
 
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// A node that ends with its runtime leaves no socket behind: three runtimes in a row, each
+/// with a node that connects to the peer and exchanges a message.
+fn nodes_end_with_their_runtime() {
+    let port = free_port();
+    let peer = Peer::start("echo", &unique("echo_i"), port, COOKIE);
+    let p = peer.clone();
+    run(move || p.expect("ready"));
+    let before = open_fds();
+    for round in 0..3 {
+        let p = peer.clone();
+        run(move || {
+            cluster::start(config(&unique("main_i"), port, COOKIE)).unwrap();
+            let (tx, rx) = smarm::channel::oneshot();
+            smarm::spawn_actor(move |mb: Mailbox<Echo>| {
+                mb.accept_remote();
+                cluster::send_named("echo", &p.name, &Echo::Ping(smarm::current_pid(), round));
+                let Envelope::Msg(Echo::Pong(_, n)) = mb.recv() else { panic!("pong") };
+                tx.send(n).unwrap();
+            });
+            assert_eq!(rx.recv(), Ok(round));
+        });
+        assert_eq!(open_fds(), before, "file descriptors left open after round {round}");
+    }
+}
+
 fn wrong_cookie_is_refused() {
     let port = free_port();
     let peer = Peer::start("echo", &unique("echo_d"), port, "other_cookie");
@@ -500,6 +529,7 @@ fn main() {
         ("pg_both_ways", pg_both_ways),
         ("simultaneous_connect", simultaneous_connect),
         ("busy_limit_bounds_the_output_buffer", busy_limit_bounds_the_output_buffer),
+        ("nodes_end_with_their_runtime", nodes_end_with_their_runtime),
     ];
     for (name, f) in scenarios {
         if filter.is_some_and(|flt| !name.contains(flt.as_str())) {
