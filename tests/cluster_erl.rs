@@ -549,3 +549,105 @@ fn pg_groups_span_smarm_and_erlang() {
         done_tx.send(()).unwrap();
     });
 }
+
+#[test]
+fn epmd_none_reaches_a_node_at_a_fixed_port() {
+    // erl without EPMD, listening at a fixed port; smarm without EPMD, told the address.
+    let erl_port = erl::free_port();
+    let me = unique("smarm_k");
+    run(move || {
+        let alive = unique("erl_k");
+        let erl = Arc::new(Erl::start_with(
+            &alive,
+            COOKIE,
+            1, // no EPMD is asked: -erl_epmd_port below
+            "register(sink, self()), io:format(\"ready~n\"), \
+             receive {hello, From, N} -> io:format(\"got ~p~n\", [N]), From ! {thanks, self()} end, \
+             receive after infinity -> ok end.",
+            &["-erl_epmd_port", &erl_port.to_string()],
+        ));
+        erl.expect_in_actor("ready");
+        let my_port = erl::free_port();
+        let cfg = config(&me, 1)
+            .epmd(cluster::Epmd::None)
+            .ports(my_port, my_port)
+            .peer(&erl.name, ([127, 0, 0, 1], erl_port).into());
+        let node = cluster::start(cfg).unwrap();
+        assert_eq!(node.port(), my_port);
+        let (tx, rx) = smarm::channel::oneshot();
+        let inbox = smarm::spawn_actor(move |mb: Mailbox<FromErl>| {
+            mb.accept_remote();
+            let Envelope::Msg(FromErl::Thanks(p)) = mb.recv() else { panic!("thanks") };
+            tx.send(p).unwrap();
+        });
+        assert!(cluster::send_named("sink", &erl.name, &ToErl::Hello(inbox.pid(), 7)));
+        assert_eq!(erl.expect_in_actor("got "), "7");
+        assert!(rx.recv().unwrap().is_remote());
+    });
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "snake_case")]
+enum Ctl {
+    Go,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum ToCtl {
+    Pids(Pid, Pid, Pid),
+}
+
+#[test]
+fn links_and_exit_signals_from_erlang() {
+    let epmd = Epmd::start();
+    let me = unique("smarm_l");
+    let port = epmd.port;
+    run(move || {
+        cluster::start(config(&me, port).quiet(true)).unwrap();
+        // Three actors: one an Erlang process links to and then dies with `boom`, one that
+        // Erlang sends `exit(P, kill)`, one that panics while an Erlang process that traps
+        // exits is linked to it.
+        let victim = || {
+            smarm::spawn_actor(|mb: Mailbox<Ctl>| {
+                mb.accept_remote();
+                match mb.recv() {
+                    Envelope::Msg(Ctl::Go) => panic!("told to fail"),
+                    other => panic!("{other:?}"),
+                }
+            })
+            .pid()
+        };
+        let (linked, killed, panicker) = (victim(), victim(), victim());
+        let mons: Vec<_> = [linked, killed, panicker].iter().map(|p| smarm::monitor(*p)).collect();
+        let script = format!(
+            "S = '{me}@127.0.0.1', register(ctl, self()), pong = net_adm:ping(S), io:format(\"ready~n\"), \
+             receive {{pids, Linked, Killed, Panicker}} -> \
+               spawn(fun() -> link(Linked), exit(boom) end), \
+               exit(Killed, kill), \
+               process_flag(trap_exit, true), link(Panicker), Panicker ! go, \
+               receive {{'EXIT', Panicker, R}} -> io:format(\"exit ~p~n\", [R]) end \
+             end, halt()."
+        );
+        let erl = Arc::new(Erl::start(&unique("erl_l"), COOKIE, port, &script));
+        erl.expect_in_actor("ready");
+        assert!(cluster::send_named("ctl", &erl.name, &ToCtl::Pids(linked, killed, panicker)));
+        let mut reasons = Vec::new();
+        while reasons.len() < 3 {
+            let Signal::Down(d) = smarm::recv_signal() else { panic!("a Down") };
+            let i = mons.iter().position(|m| *m == d.monitor).unwrap();
+            reasons.push((i, d.reason));
+        }
+        reasons.sort_by_key(|(i, _)| *i);
+        assert_eq!(
+            reasons,
+            [
+                (0, DownReason::Custom("boom".into())),
+                (1, DownReason::Killed),
+                (2, DownReason::Panic("told to fail".into()))
+            ]
+        );
+        // The Erlang side saw the panic as smarm encodes it.
+        assert_eq!(erl.expect_in_actor("exit "), "{panic,<<\"told to fail\">>}");
+    });
+}
