@@ -82,7 +82,7 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
     let mut asan_save = core::ptr::null_mut();
     #[cfg(smarm_asan)]
     // SAFETY: `next`'s control block, claimed and prepared (its stack bound).
-    crate::context::asan::leave(Some(&mut asan_save), unsafe { actor_stack(&*next_cell) });
+    crate::context::asan::leave(Some(&mut asan_save), unsafe { super::worker::actor_stack(&*next_cell) });
     // `next`'s saved sp is a suspended (or freshly bound) context and its `sched_sp` is set.
     // SAFETY: `next` is claimed (above); `handed_from` names us, and nobody resumes us
     // before `next` has completed our park (we are RUNNING until then).

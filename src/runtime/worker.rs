@@ -685,7 +685,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
 /// # Safety
 /// `cell` is a control block the caller owns, with its stack bound.
 #[cfg(smarm_asan)]
-unsafe fn actor_stack(cell: &crate::actor::ActorCell) -> (usize, usize) {
+pub(super) unsafe fn actor_stack(cell: &crate::actor::ActorCell) -> (usize, usize) {
     let g = crate::stack::GUARD_BYTES;
     (cell.stack_base + g, cell.stack_len - g)
 }
