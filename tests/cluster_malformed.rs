@@ -709,7 +709,6 @@ fn a_frame_dripped_after_the_handshake_is_dropped_by_the_tick_timeout() {
 /// dripped at one byte per 150 ms holds a handshake open for about 150 s with the default 7 s
 /// setup time per step, 7 s per byte, for over 2 hours.
 #[test]
-#[ignore = "known: the setup time is a per-read timeout, so a drip-fed handshake is never dropped (conn.rs)"]
 fn a_handshake_dripped_a_byte_at_a_time_is_dropped_after_the_setup_time() {
     let _serial = serial();
     let setup = Duration::from_millis(300);

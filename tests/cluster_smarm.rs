@@ -498,6 +498,33 @@ fn nodes_end_with_their_runtime() {
     }
 }
 
+/// An idle connection outlives the setup time: the handshake's read deadline ends with the
+/// handshake (ticks every 0.5 s, setup time 0.1 s, 1.5 s of silence but for ticks).
+fn idle_connections_outlive_the_setup_time() {
+    let port = free_port();
+    let peer = Peer::start("echo", &unique("echo_j"), port, COOKIE);
+    run(move || {
+        peer.expect("ready");
+        let cfg = config(&unique("main_j"), port, COOKIE).setup_time(Duration::from_millis(100));
+        cluster::start(cfg).unwrap();
+        let (tx, rx) = smarm::channel::oneshot();
+        let p = peer.clone();
+        smarm::spawn_actor(move |mb: Mailbox<In>| {
+            mb.accept_remote();
+            cluster::monitor_nodes(&mb.addr());
+            assert!(smarm::connect(&p.name));
+            let Envelope::Msg(In::Node(NodeEvent::Up(_))) = mb.recv() else { panic!("nodeup") };
+            // Nothing but ticks for 1.5 s: no NodeDown may arrive.
+            let quiet = mb.recv_timeout(Duration::from_millis(1500));
+            assert!(quiet.is_err(), "{quiet:?}");
+            cluster::send_named("echo", &p.name, &Echo::Ping(smarm::current_pid(), 3));
+            let Envelope::Msg(In::Echo(Echo::Pong(_, 3))) = mb.recv() else { panic!("pong") };
+            tx.send(()).unwrap();
+        });
+        rx.recv().unwrap();
+    });
+}
+
 fn wrong_cookie_is_refused() {
     let port = free_port();
     let peer = Peer::start("echo", &unique("echo_d"), port, "other_cookie");
@@ -530,6 +557,7 @@ fn main() {
         ("simultaneous_connect", simultaneous_connect),
         ("busy_limit_bounds_the_output_buffer", busy_limit_bounds_the_output_buffer),
         ("nodes_end_with_their_runtime", nodes_end_with_their_runtime),
+        ("idle_connections_outlive_the_setup_time", idle_connections_outlive_the_setup_time),
     ];
     for (name, f) in scenarios {
         if filter.is_some_and(|flt| !name.contains(flt.as_str())) {

@@ -23,7 +23,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use eetf::Term;
 use parking_lot::Mutex;
@@ -40,27 +40,69 @@ use crate::slot_state::Pid;
 pub(crate) const MAX_PENDING_BYTES: usize = 64 << 20;
 
 /// The byte streams of one connection: plain TCP, or TLS over it. The reader and the writer
-/// are separate handles used by two actors at once; `sock` is the TCP socket itself, for the
-/// read timeout of the handshake steps (it applies to every handle of the socket) and for
-/// shutting the connection down.
+/// are used by two actors at once. They all go through one handle of the socket (`sock`,
+/// shared): smarm's socket timeouts belong to a handle, and the handshake bounds the reader's
+/// reads through it (the reactor parks a reader and a writer of one handle independently).
 pub(crate) struct Transport {
     pub(crate) r: Box<dyn Read + Send>,
     pub(crate) w: Box<dyn Write + Send>,
-    pub(crate) sock: TcpStream,
+    pub(crate) sock: Arc<TcpStream>,
+}
+
+/// A shared handle of a connection's socket: reads and writes through `&TcpStream`.
+#[derive(Clone)]
+pub(crate) struct SockRef(pub(crate) Arc<TcpStream>);
+
+impl Read for SockRef {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        (&*self.0).read(buf)
+    }
+}
+
+impl Write for SockRef {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        (&*self.0).write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        (&*self.0).flush()
+    }
+}
+
+/// Reads of one handshake step: each read is given what is left of the step's time, so a
+/// peer that drips bytes cannot stretch a step (Erlang's `net_setuptime` bounds a step, not a
+/// read).
+struct StepRead<'a> {
+    inner: &'a mut Box<dyn Read + Send>,
+    sock: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for StepRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake step timed out"));
+        }
+        self.sock.set_read_timeout(Some(left))?;
+        self.inner.read(buf)
+    }
 }
 
 impl Transport {
-    /// Plain TCP: three handles of one socket.
-    pub(crate) fn plain(sock: TcpStream) -> std::io::Result<Transport> {
-        Ok(Transport { r: Box::new(sock.try_clone()?), w: Box::new(sock.try_clone()?), sock })
+    /// Plain TCP.
+    pub(crate) fn plain(sock: TcpStream) -> Transport {
+        let sock = Arc::new(sock);
+        Transport { r: Box::new(SockRef(sock.clone())), w: Box::new(SockRef(sock.clone())), sock }
     }
 
     fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
         self.w.write_all(bytes).and_then(|()| self.w.flush()).map_err(|e| e.to_string())
     }
 
-    fn frame(&mut self) -> Result<Vec<u8>, String> {
-        handshake::read_frame(&mut self.r).map_err(|e| e.to_string())
+    /// The next handshake frame, within `step` (see [`StepRead`]).
+    fn frame(&mut self, step: Duration) -> Result<Vec<u8>, String> {
+        let mut r = StepRead { inner: &mut self.r, sock: &self.sock, deadline: Instant::now() + step };
+        handshake::read_frame(&mut r).map_err(|e| e.to_string())
     }
 }
 
@@ -84,7 +126,7 @@ pub(crate) struct Pending {
 pub(crate) struct Conn {
     pub(crate) peer: NodeIdent,
     /// The socket, for shutting the connection down.
-    sock: TcpStream,
+    sock: Arc<TcpStream>,
     out: Mutex<Out>,
     kick: Sender<()>,
     /// Set by the writer after each write; cleared by the ticker (a tick only when nothing
@@ -330,7 +372,7 @@ fn incoming(sh: Arc<NodeShared>, sock: TcpStream) {
     };
     let mut counted: Option<Arc<str>> = None;
     let result: Result<NodeIdent, String> = (|| loop {
-        let frame = s.frame()?;
+        let frame = s.frame(sh.cfg.setup_time)?;
         match hs.on_frame(&frame).map_err(|e| e.to_string())? {
             AcceptorStep::Name(peer) => {
                 let status = decide_status(&sh, &peer.name);
@@ -472,7 +514,7 @@ fn outgoing(sh: Arc<NodeShared>, name: Arc<str>) {
             .map_err(|e| e.to_string())?;
         s.send(&hs.start())?;
         loop {
-            let frame = s.frame()?;
+            let frame = s.frame(sh.cfg.setup_time)?;
             match hs.on_frame(&frame).map_err(|e| e.to_string())? {
                 InitiatorStep::Status(Status::Ok | Status::OkSimultaneous) => {}
                 InitiatorStep::Status(Status::Alive) => {
@@ -753,9 +795,13 @@ fn read_loop(sh: &Arc<NodeShared>, conn: &Arc<Conn>, r: Box<dyn Read + Send>) ->
             conn.close("oversized frame");
             return Err(format!("a frame of {len} bytes exceeds max_frame ({})", sh.cfg.max_frame));
         }
+        // Grown as the bytes arrive (at most 64 KiB ahead of them), not from the length field.
         body.clear();
-        body.resize(len, 0);
-        r.read_exact(&mut body).map_err(|e| format!("truncated frame: {e}"))?;
+        while body.len() < len {
+            let start = body.len();
+            body.resize(start + (len - start).min(64 << 10), 0);
+            r.read_exact(&mut body[start..]).map_err(|e| format!("truncated frame: {e}"))?;
+        }
         if let Err(e) = dispatch(sh, conn, &body) {
             conn.close("bad frame");
             return Err(e);

@@ -476,7 +476,7 @@ pub fn start(cfg: NodeConfig) -> Result<Node, StartError> {
 /// The transport of an accepted connection (TLS when configured).
 pub(crate) fn transport_accept(sh: &NodeShared, sock: crate::net::TcpStream) -> Result<conn::Transport, String> {
     let _ = sh;
-    conn::Transport::plain(sock).map_err(|e| e.to_string())
+    Ok(conn::Transport::plain(sock))
 }
 
 /// The transport of a connection to a node on `host` (TLS when configured).
@@ -486,7 +486,7 @@ pub(crate) fn transport_connect(
     sock: crate::net::TcpStream,
 ) -> Result<conn::Transport, String> {
     let _ = (sh, host);
-    conn::Transport::plain(sock).map_err(|e| e.to_string())
+    Ok(conn::Transport::plain(sock))
 }
 
 fn bind_listener(cfg: &NodeConfig) -> std::io::Result<crate::net::TcpListener> {
