@@ -651,3 +651,61 @@ fn links_and_exit_signals_from_erlang() {
         assert_eq!(erl.expect_in_actor("exit "), "{panic,<<\"told to fail\">>}");
     });
 }
+
+#[path = "common/pki.rs"]
+mod pki;
+
+/// TLS distribution both ways with `erl -proto_dist inet_tls` (Debian erlang-ssl), mutual
+/// certificates; a node with a certificate from another CA is refused both ways.
+#[test]
+fn tls_distribution_with_erlang() {
+    let pki = Arc::new(pki::Pki::new("erl"));
+    let epmd = Epmd::start();
+    let me = unique("smarm_t");
+    let port = epmd.port;
+    run(move || {
+        let tls = pki.tls(&pki.node, &pki.ca);
+        cluster::start(config(&me, port).tls(tls)).unwrap();
+        spawn_echo();
+        let good = pki.erl_optfile(&pki.node, &pki.ca, "good");
+        let tls_args = ["-proto_dist", "inet_tls", "-ssl_dist_optfile"];
+        // erl -> smarm: ping and an echo over TLS; then smarm -> erl: a send to a name.
+        let script = format!(
+            "S = '{me}@127.0.0.1', io:format(\"ping ~p~n\", [net_adm:ping(S)]), \
+             {{echo, S}} ! {{ping, self()}}, \
+             receive M -> io:format(\"reply ~p~n\", [M]) after 10000 -> io:format(\"reply timeout~n\") end, \
+             register(sink, self()), io:format(\"ready~n\"), \
+             receive {{hello, From, N}} -> io:format(\"got ~p~n\", [N]), From ! {{thanks, self()}} end, \
+             receive after infinity -> ok end."
+        );
+        let args: Vec<&str> = tls_args.iter().copied().chain([good.to_str().unwrap()]).collect();
+        let erl = Arc::new(Erl::start_with(&unique("erl_t"), COOKIE, port, &script, &args));
+        assert_eq!(erl.expect_in_actor("ping "), "pong");
+        assert_eq!(erl.expect_in_actor("reply "), "{pong,<<\"hi\">>}");
+        erl.expect_in_actor("ready");
+        // The other way: disconnect, and let smarm dial (TLS client side).
+        assert!(smarm::disconnect(&erl.name));
+        let (tx, rx) = smarm::channel::oneshot();
+        let inbox = smarm::spawn_actor(move |mb: Mailbox<FromErl>| {
+            mb.accept_remote();
+            let Envelope::Msg(FromErl::Thanks(p)) = mb.recv() else { panic!("thanks") };
+            tx.send(p).unwrap();
+        });
+        assert!(smarm::connect(&erl.name));
+        assert!(cluster::send_named("sink", &erl.name, &ToErl::Hello(inbox.pid(), 5)));
+        assert_eq!(erl.expect_in_actor("got "), "5");
+        assert!(rx.recv().unwrap().is_remote());
+
+        // A node whose certificate the CA did not sign: refused both ways.
+        let rogue = pki.erl_optfile(&pki.rogue, &pki.rogue_ca, "rogue");
+        let args: Vec<&str> = tls_args.iter().copied().chain([rogue.to_str().unwrap()]).collect();
+        let script = format!(
+            "io:format(\"ready~n\"), io:format(\"ping ~p~n\", [net_adm:ping('{me}@127.0.0.1')]), \
+             receive after infinity -> ok end."
+        );
+        let bad = Arc::new(Erl::start_with(&unique("erl_r"), COOKIE, port, &script, &args));
+        bad.expect_in_actor("ready");
+        assert_eq!(bad.expect_in_actor("ping "), "pang");
+        assert!(!smarm::connect(&bad.name));
+    });
+}

@@ -47,6 +47,9 @@ pub(crate) struct Transport {
     pub(crate) r: Box<dyn Read + Send>,
     pub(crate) w: Box<dyn Write + Send>,
     pub(crate) sock: Arc<TcpStream>,
+    /// Handshake frames carry a 4-byte length (OTP's `inet_tls_dist` uses `{packet, 4}` from
+    /// the start) instead of the 2-byte one of plain TCP.
+    pub(crate) long_frames: bool,
 }
 
 /// A shared handle of a connection's socket: reads and writes through `&TcpStream`.
@@ -56,6 +59,15 @@ pub(crate) struct SockRef(pub(crate) Arc<TcpStream>);
 impl Read for SockRef {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         (&*self.0).read(buf)
+    }
+}
+
+impl super::tls::Socket for SockRef {
+    fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(self.clone())
+    }
+    fn shutdown(&self) -> std::io::Result<()> {
+        self.0.shutdown(Shutdown::Both)
     }
 }
 
@@ -92,17 +104,44 @@ impl Transport {
     /// Plain TCP.
     pub(crate) fn plain(sock: TcpStream) -> Transport {
         let sock = Arc::new(sock);
-        Transport { r: Box::new(SockRef(sock.clone())), w: Box::new(SockRef(sock.clone())), sock }
+        Transport { r: Box::new(SockRef(sock.clone())), w: Box::new(SockRef(sock.clone())), sock, long_frames: false }
     }
 
+    /// Sends handshake frames (as the handshake module frames them: 2-byte lengths, one or
+    /// more), re-framed with 4-byte lengths over TLS.
     fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
-        self.w.write_all(bytes).and_then(|()| self.w.flush()).map_err(|e| e.to_string())
+        let out = if self.long_frames {
+            let mut out = Vec::with_capacity(bytes.len() + 8);
+            let mut rest = bytes;
+            while rest.len() >= 2 {
+                let n = u16::from_be_bytes([rest[0], rest[1]]) as usize;
+                let body = rest.get(2..2 + n).ok_or("a malformed handshake frame")?;
+                out.extend_from_slice(&(n as u32).to_be_bytes());
+                out.extend_from_slice(body);
+                rest = &rest[2 + n..];
+            }
+            out
+        } else {
+            bytes.to_vec()
+        };
+        self.w.write_all(&out).and_then(|()| self.w.flush()).map_err(|e| e.to_string())
     }
 
     /// The next handshake frame, within `step` (see [`StepRead`]).
     fn frame(&mut self, step: Duration) -> Result<Vec<u8>, String> {
         let mut r = StepRead { inner: &mut self.r, sock: &self.sock, deadline: Instant::now() + step };
-        handshake::read_frame(&mut r).map_err(|e| e.to_string())
+        if !self.long_frames {
+            return handshake::read_frame(&mut r).map_err(|e| e.to_string());
+        }
+        let mut len = [0u8; 4];
+        r.read_exact(&mut len).map_err(|e| e.to_string())?;
+        let len = u32::from_be_bytes(len) as usize;
+        if len > handshake::MAX_FRAME {
+            return Err(format!("a handshake frame of {len} bytes (at most {})", handshake::MAX_FRAME));
+        }
+        let mut body = vec![0; len];
+        r.read_exact(&mut body).map_err(|e| e.to_string())?;
+        Ok(body)
     }
 }
 
@@ -718,7 +757,7 @@ fn deliver_named(sh: &NodeShared, name: &str, term: Term) {
 /// until it ends, then the connection-loss steps.
 fn run_connection(sh: Arc<NodeShared>, t: Transport, peer: NodeIdent) {
     let _ = t.sock.set_read_timeout(None);
-    let Transport { r, w, sock } = t;
+    let Transport { r, w, sock, .. } = t;
     let (kick, kick_rx) = channel::bounded(1);
     let name: Arc<str> = Arc::from(peer.name.as_str());
     let conn = Arc::new(Conn {

@@ -82,6 +82,7 @@ pub(crate) mod nodes;
 mod pg_dist;
 pub(crate) mod remote;
 pub mod term;
+mod tls;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -95,6 +96,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use call::{call, call_named};
+pub use tls::{TlsConfig, TlsError};
 /// The wire codecs, for the fuzz targets and the malformed-input tests. Not a stable API.
 #[doc(hidden)]
 pub mod __wire {
@@ -146,6 +148,7 @@ pub struct NodeConfig {
     pub(crate) busy_limit: usize,
     peers: HashMap<String, SocketAddr>,
     quiet: bool,
+    tls: Option<TlsConfig>,
 }
 
 impl fmt::Debug for NodeConfig {
@@ -157,6 +160,7 @@ impl fmt::Debug for NodeConfig {
             .field("ports", &self.ports)
             .field("net_ticktime", &self.net_ticktime)
             .field("epmd", &self.epmd)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -189,6 +193,7 @@ impl NodeConfig {
             busy_limit: DEFAULT_BUSY_LIMIT,
             peers: HashMap::new(),
             quiet: false,
+            tls: None,
         }
     }
 
@@ -249,6 +254,14 @@ impl NodeConfig {
     /// parks until the writer has taken it.
     pub fn busy_limit(mut self, bytes: usize) -> Self {
         self.busy_limit = bytes;
+        self
+    }
+
+    /// Distribution over TLS with mutual certificates (see the module doc, "Security"): every
+    /// connection, both ways, is TLS; peers must be configured the same way (an `erl` node
+    /// with `-proto_dist inet_tls`).
+    pub fn tls(mut self, cfg: TlsConfig) -> Self {
+        self.tls = Some(cfg);
         self
     }
 
@@ -475,8 +488,10 @@ pub fn start(cfg: NodeConfig) -> Result<Node, StartError> {
 
 /// The transport of an accepted connection (TLS when configured).
 pub(crate) fn transport_accept(sh: &NodeShared, sock: crate::net::TcpStream) -> Result<conn::Transport, String> {
-    let _ = sh;
-    Ok(conn::Transport::plain(sock))
+    let t = conn::Transport::plain(sock);
+    let Some(cfg) = &sh.cfg.tls else { return Ok(t) };
+    let (r, w) = tls::accept(cfg, conn::SockRef(t.sock.clone())).map_err(|e| format!("TLS: {e}"))?;
+    Ok(conn::Transport { r: Box::new(r), w: Box::new(w), sock: t.sock, long_frames: true })
 }
 
 /// The transport of a connection to a node on `host` (TLS when configured).
@@ -485,8 +500,10 @@ pub(crate) fn transport_connect(
     host: &str,
     sock: crate::net::TcpStream,
 ) -> Result<conn::Transport, String> {
-    let _ = (sh, host);
-    Ok(conn::Transport::plain(sock))
+    let t = conn::Transport::plain(sock);
+    let Some(cfg) = &sh.cfg.tls else { return Ok(t) };
+    let (r, w) = tls::connect(cfg, host, conn::SockRef(t.sock.clone())).map_err(|e| format!("TLS: {e}"))?;
+    Ok(conn::Transport { r: Box::new(r), w: Box::new(w), sock: t.sock, long_frames: true })
 }
 
 fn bind_listener(cfg: &NodeConfig) -> std::io::Result<crate::net::TcpListener> {
