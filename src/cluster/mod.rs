@@ -63,12 +63,39 @@
 //!
 //! The cookie is a shared secret that the handshake proves knowledge of (MD5 challenge and
 //! response); it is **not** encryption and not protection on an untrusted network: anyone
-//! who can watch the connection sees every message, and OTP's own documentation says the
-//! distribution protocol is not secure by itself. Bind to loopback or a private network.
-//! Before the handshake completes a peer can make smarm allocate no more than one handshake
-//! frame (at most 1 KiB) and intern nothing; after it, frames are
-//! capped by [`NodeConfig::max_frame`] (checked before allocating) and terms are validated
-//! (nesting depth, lengths against the bytes present) before they are decoded.
+//! who can watch the connection sees every message and can take it over, and OTP's own
+//! documentation says the distribution protocol is not secure by itself. Without TLS, bind
+//! to loopback or a private network. As in OTP, a peer that knows a connected node's name
+//! (not the cookie) can make the acceptor drop its existing connection to that node: the
+//! protocol's `alive` answer closes the old connection before the new one is authenticated.
+//!
+//! **TLS** ([`NodeConfig::tls`], rustls): every connection is TLS with mutual certificates
+//! signed by the configured CA (by default the certificate must also be valid for the host
+//! part of the node name when dialing); the distribution handshake and cookie run inside it.
+//! It interoperates with `erl -proto_dist inet_tls -ssl_dist_optfile F` where `F` is
+//!
+//! ```text
+//! [{server, [{certfile, "node.pem"}, {keyfile, "node.key"}, {cacertfile, "ca.pem"},
+//!            {verify, verify_peer}, {fail_if_no_peer_cert, true}]},
+//!  {client, [{certfile, "node.pem"}, {keyfile, "node.key"}, {cacertfile, "ca.pem"},
+//!            {verify, verify_peer}]}].
+//! ```
+//!
+//! Two OTP 25 details: its TLS client checks the server's certificate against the host part
+//! of the node name as a DNS name, so a node named `x@127.0.0.1` needs `DNS:127.0.0.1` in its
+//! certificate's subjectAltName (an IP entry alone fails); and its distribution defaults to
+//! TLS 1.2 and renegotiates after 2^28 records, which rustls refuses (the connection then
+//! drops): add `{versions, ['tlsv1.3']}` to both option lists.
+//!
+//! **Bad input.** Before the handshake completes a peer can make smarm allocate no more than
+//! one handshake frame (at most 1 KiB) and intern nothing; each handshake step must complete
+//! within the setup time (a peer that drips bytes is dropped). After it, frames are capped by
+//! [`NodeConfig::max_frame`] (checked before allocating; a frame's buffer grows only as its
+//! bytes arrive), terms are validated (nesting depth, lengths against the bytes present, the
+//! tags `eetf` cannot decode safely) before they are decoded, and a malformed, truncated or
+//! unknown control message closes the connection with a log line. `tests/cluster_malformed.rs`
+//! attacks a node with each of these; `fuzz/` holds cargo-fuzz targets for the term decoder,
+//! the handshake and EPMD.
 
 #![allow(clippy::new_without_default)]
 
