@@ -64,6 +64,8 @@
 
 // The complete codec: smarm uses part of it; `check_term` serves the tests and fuzzing.
 #![allow(dead_code)]
+// Items re-exported (doc-hidden) through `cluster::__wire` link to private ones in their docs.
+#![allow(rustdoc::private_intra_doc_links)]
 use std::collections::HashSet;
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};

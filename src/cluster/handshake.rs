@@ -33,6 +33,8 @@
 // The complete codec of its protocol: smarm uses part of it; the rest (e.g. NAMES, the
 // flag names, the fuzz entry points) serves the tests, the fuzz targets and diagnostics.
 #![allow(dead_code)]
+// Items re-exported (doc-hidden) through `cluster::__wire` link to private ones in their docs.
+#![allow(rustdoc::private_intra_doc_links)]
 
 use std::collections::hash_map::RandomState;
 use std::fmt;

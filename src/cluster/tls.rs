@@ -63,6 +63,8 @@
 // A complete TLS transport: smarm uses connect/accept and the two halves; the peer-host check
 // after accept, the protocol query and the explicit close serve its tests and diagnostics.
 #![allow(dead_code)]
+// TlsConfig and TlsError are public (cluster::TlsConfig); their docs name the private functions.
+#![allow(rustdoc::private_intra_doc_links)]
 
 use std::fmt;
 use std::io::{self, Read, Write};
