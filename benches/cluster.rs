@@ -31,7 +31,7 @@
 //! a sleeping process twice on this machine at that moment, which no node can go under
 //! without busy-polling. Each row also gives the CPU time both processes of the pair used
 //! per operation (every thread, `/proc/PID/task/*/schedstat`): on a shared machine it is the
-//! steadier measure of what each implementation costs.
+//! steadier measure of what each implementation costs (given for the driver and the target apart).
 //!
 //! Per (workload, pair): one warm-up run, then `RUNS` runs; within a round every pair of a
 //! workload runs once, in turn, so a burst of machine noise lands on all of them. Each row
@@ -486,8 +486,8 @@ struct Row {
     n: u64,
     /// Elapsed time of each measured run.
     runs: Vec<Duration>,
-    /// CPU time of the driver's and the target's processes together, per run.
-    cpu: Vec<Duration>,
+    /// CPU time of the driver's and of the target's process, per run.
+    cpu: Vec<[Duration; 2]>,
 }
 
 impl Row {
@@ -504,11 +504,14 @@ impl Row {
         v.sort_by(f64::total_cmp);
         (v[v.len() / 2], v[0], v[v.len() - 1])
     }
-    /// Median CPU time of both processes per round trip or message, in us.
-    fn cpu_per_op(&self) -> f64 {
-        let mut v: Vec<f64> = self.cpu.iter().map(|d| d.as_secs_f64() * 1e6 / self.n as f64).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+    /// Median CPU time per round trip or message of the driver's and of the target's
+    /// process, in us.
+    fn cpu_per_op(&self) -> [f64; 2] {
+        [0, 1].map(|i| {
+            let mut v: Vec<f64> = self.cpu.iter().map(|d| d[i].as_secs_f64() * 1e6 / self.n as f64).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
     }
 }
 
@@ -596,14 +599,14 @@ fn main() {
                     Work::Call => CALL_N,
                     Work::Tput => TPUT_N,
                 } / scale;
-                let one = |pair: &str| -> (Duration, Duration) {
+                let one = |pair: &str| -> (Duration, [Duration; 2]) {
                     let procs = match pair {
                         "smarm->smarm" | FLOOR => [pa, pb],
                         "smarm->erl" => [pa, pe1],
                         "erl->smarm" => [pe2, pb],
                         _ => [pe2, pe1],
                     };
-                    let cpu = || procs.iter().map(|&p| cpu_time(p)).sum::<Duration>();
+                    let cpu = || procs.map(cpu_time);
                     let cpu0 = cpu();
                     let d = match pair {
                         FLOOR => tcp_floor(&floor, n),
@@ -620,7 +623,8 @@ fn main() {
                             e2.erl_run(work.erl(), target, n)
                         }
                     };
-                    (d, cpu().saturating_sub(cpu0))
+                    let cpu1 = cpu();
+                    (d, [0, 1].map(|i| cpu1[i].saturating_sub(cpu0[i])))
                 };
                 let floor_pair = (work == Work::Rtt).then_some(FLOOR);
                 let mut these: Vec<Row> = PAIRS
@@ -697,12 +701,12 @@ fn report(rows: &[Row], runs: usize, scale: u64) -> String {
          sleeping process twice costs on this machine now\n",
     ));
     s.push_str(
-        "- CPU: the CPU time of the driver's and the target's processes together (every thread, from \
-         /proc/PID/task/*/schedstat) per round trip or message, median over the runs; erl's includes its \
+        "- CPU: the CPU time of the driver's process + the target's (every thread, from \
+         /proc/PID/task/*/schedstat) per round trip or message, medians over the runs; erl's includes its \
          schedulers' busy-waiting (erl's default `+sbwt medium`)\n\n",
     );
     s.push_str(
-        "| workload | pair | median | min..max | unit | ratio to erl->erl | target | met | CPU us per op (both nodes) |\n",
+        "| workload | pair | median | min..max | unit | ratio to erl->erl | target | met | CPU us per op: driver + target |\n",
     );
     s.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
@@ -720,14 +724,15 @@ fn report(rows: &[Row], runs: usize, scale: u64) -> String {
             _ => ("-".to_string(), "-"),
         };
         s.push_str(&format!(
-            "| {} | {} | {} | {}..{} | {unit} | {} | {tgt} | {met} | {:.2} |\n",
+            "| {} | {} | {} | {}..{} | {unit} | {} | {tgt} | {met} | {:.2} + {:.2} |\n",
             r.work.label(),
             r.pair,
             fmt(med),
             fmt(lo),
             fmt(hi),
             ratio.map_or("-".to_string(), |q| format!("{q:.2}")),
-            r.cpu_per_op()
+            r.cpu_per_op()[0],
+            r.cpu_per_op()[1]
         ));
     }
     s
