@@ -267,8 +267,16 @@ impl Conn {
         self.out.lock().buf.len()
     }
 
-    fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.out.lock().closed
+    }
+
+    /// Waits (at most `limit`) until the connection has left the table and its losses were
+    /// delivered (after [`close`](Self::close)).
+    pub(crate) fn wait_removed(&self, limit: Duration) {
+        let (tx, mut rx) = channel::oneshot();
+        self.remote.on_removed(tx);
+        let _ = rx.recv_timeout(limit);
     }
 
     /// One ticker interval: a tick if nothing was written, and the silence count.
@@ -482,9 +490,7 @@ fn take_down_old(sh: &NodeShared, name: &str) {
     };
     if let Some(c) = old {
         c.close("replaced by a new connection");
-        let (tx, mut rx) = channel::oneshot();
-        c.remote.on_removed(tx);
-        let _ = rx.recv_timeout(sh.cfg.setup_time);
+        c.wait_removed(sh.cfg.setup_time);
     }
     let mut conns = sh.conns.lock();
     if !matches!(conns.get(name), Some(Slot::Pending(_))) {
@@ -610,7 +616,7 @@ fn start_outgoing(sh: &Arc<NodeShared>, conns: &mut std::collections::HashMap<Ar
 /// The connection to `name` if it is up.
 pub(crate) fn up(sh: &NodeShared, name: &str) -> Option<Arc<Conn>> {
     match sh.conns.lock().get(name) {
-        Some(Slot::Up(c)) => Some(c.clone()),
+        Some(Slot::Up(c)) if !c.is_closed() => Some(c.clone()),
         _ => None,
     }
 }
@@ -620,11 +626,23 @@ pub(crate) fn connect(sh: &Arc<NodeShared>, name: &str) -> Option<Arc<Conn>> {
     if handshake::validate_node_name(name).is_err() || name == &*sh.local.name {
         return None;
     }
+    // A connection that is closing (disconnect, a lost peer) is not up: let it leave first.
+    let closing = match sh.conns.lock().get(name) {
+        Some(Slot::Up(c)) if c.is_closed() => Some(c.clone()),
+        _ => None,
+    };
+    if let Some(c) = closing {
+        c.wait_removed(sh.cfg.setup_time);
+    }
     let (tx, mut rx) = channel::oneshot();
     {
         let mut conns = sh.conns.lock();
         if let Some(Slot::Up(c)) = conns.get(name) {
-            return Some(c.clone());
+            if !c.is_closed() {
+                return Some(c.clone());
+            }
+            // Still closing after the wait: a new connection replaces it in the table.
+            conns.remove(name);
         }
         start_outgoing(sh, &mut conns, name);
         if let Some(Slot::Pending(p)) = conns.get_mut(name) {
@@ -644,6 +662,15 @@ pub(crate) fn connect(sh: &Arc<NodeShared>, name: &str) -> Option<Arc<Conn>> {
 fn route(sh: &Arc<NodeShared>, name: &str, creation: Option<u32>, frame: Vec<u8>) -> bool {
     if handshake::validate_node_name(name).is_err() || name == &*sh.local.name {
         return false;
+    }
+    // A connection that is closing is not up: let it leave (its NodeDown then precedes the
+    // next connection's NodeUp), then connect anew.
+    let closing = match sh.conns.lock().get(name) {
+        Some(Slot::Up(c)) if c.is_closed() => Some(c.clone()),
+        _ => None,
+    };
+    if let Some(c) = closing {
+        c.wait_removed(sh.cfg.setup_time);
     }
     let mut conns = sh.conns.lock();
     match conns.get_mut(name) {

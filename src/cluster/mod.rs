@@ -600,7 +600,7 @@ pub fn connect(node: &str) -> bool {
 }
 
 /// Closes the connection to `node`, if any (Erlang's `erlang:disconnect_node`): monitors and
-/// links across it fire with `noconnection`. Returns true if there was one.
+/// links across it fire with `noconnection`. Returns true if there was one, once it is gone.
 pub fn disconnect(node: &str) -> bool {
     let Some(sh) = current_shared() else { return false };
     let c = match sh.conns.lock().get(node) {
@@ -608,6 +608,9 @@ pub fn disconnect(node: &str) -> bool {
         _ => return false,
     };
     c.close("disconnect requested");
+    // As erlang:disconnect_node/1: returns once the connection is gone (its monitors and links
+    // have fired; the node monitors' Down is queued).
+    c.wait_removed(sh.cfg.setup_time);
     true
 }
 
