@@ -141,7 +141,7 @@ use serde::ser::{self, Serialize};
 /// A serializer that does not know the name sees an ordinary newtype struct around bytes.
 ///
 /// ```
-/// assert_eq!(smarm::cluster::TERM_MAGIC, "$smarm::Term");
+/// assert_eq!(smarm::cluster::term::TERM_MAGIC, "$smarm::Term");
 /// ```
 pub const TERM_MAGIC: &str = "$smarm::Term";
 
@@ -154,7 +154,7 @@ pub const TERM_MAGIC: &str = "$smarm::Term";
 /// ```
 /// use serde::de::{Deserialize, Deserializer, Visitor};
 /// use serde::ser::{Serialize, Serializer};
-/// use smarm::cluster::{from_term, to_term, PID_MAGIC};
+/// use smarm::cluster::term::{from_term, to_term, PID_MAGIC};
 ///
 /// #[derive(Debug, PartialEq)]
 /// struct MyPid { node: String, id: u32, serial: u32, creation: u32 }
@@ -196,7 +196,7 @@ pub const PID_MAGIC: &str = "$smarm::Pid";
 ///
 /// ```
 /// use serde::ser::{Serialize, Serializer};
-/// use smarm::cluster::{to_term, REF_MAGIC};
+/// use smarm::cluster::term::{to_term, REF_MAGIC};
 ///
 /// struct MyRef(Vec<u32>);
 /// impl Serialize for MyRef {
