@@ -743,7 +743,8 @@ pub(crate) fn deliver(sh: &NodeShared, to: Pid, term: Term) {
     let sink = match crate::process::signal_sink_of(rt, to) {
         Ok(s) => s,
         Err(_) => {
-            // Erlang drops a message to a dead process silently; smarm counts it.
+            // Erlang drops a message to a dead process silently; smarm counts it. Relaxed: a
+            // statistics counter; nothing else is published through it.
             sh.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -755,6 +756,7 @@ pub(crate) fn deliver(sh: &NodeShared, to: Pid, term: Term) {
         }
         Err(TermRejected::Undecodable(e)) => sh.count_drop(format_args!("to {to}: {e}")),
         Err(TermRejected::Dead) => {
+            // Relaxed: a statistics counter.
             sh.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -841,6 +841,7 @@ pub fn fuzz_epmd(data: &[u8]) {
 fn random_u32() -> u32 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = RandomState::new().build_hasher();
+    // Relaxed: only a distinct value per call matters (hash input), which the RMW gives.
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
     let x = h.finish();

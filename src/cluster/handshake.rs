@@ -263,6 +263,7 @@ pub fn digest(challenge: u32, cookie: &str) -> [u8; 16] {
 pub fn gen_challenge() -> u32 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = RandomState::new().build_hasher();
+    // Relaxed: only a distinct value per call matters (hash input), which the RMW gives.
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
     let x = h.finish();
