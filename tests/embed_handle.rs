@@ -129,7 +129,9 @@ fn a_sigterm_watcher_thread_stops_the_runtime_through_its_handle() {
     let stopped = Arc::new(AtomicUsize::new(0));
     let s = stopped.clone();
     let r = rt.run(move || {
-        // A worker that cleans up when shut down.
+        // A worker that cleans up when shut down. It says when its guard exists: signalled
+        // before the worker first ran, the shutdown would find no guard to drop (CI saw it).
+        let (started_tx, started_rx) = smarm::channel::oneshot();
         let worker = smarm::spawn(move || {
             struct Cleanup(Arc<AtomicUsize>);
             impl Drop for Cleanup {
@@ -138,10 +140,12 @@ fn a_sigterm_watcher_thread_stops_the_runtime_through_its_handle() {
                 }
             }
             let _c = Cleanup(s);
+            started_tx.send(()).unwrap();
             loop {
                 smarm::sleep(Duration::from_millis(1));
             }
         });
+        started_rx.recv().unwrap();
         // SAFETY: a valid thread id of a live thread (it waits in sigwait until signalled).
         assert_eq!(unsafe { libc::pthread_kill(tid, libc::SIGTERM) }, 0);
         let _ = worker.join();
