@@ -284,21 +284,27 @@ impl<R: Send> ReplyTo<R> {
     ///
     /// ```
     /// use smarm::gen_server::{self, CallResult, Caller, Ctx, GenServer, ReplyTo};
-    /// /// Answers the held call when told to (a cast).
-    /// struct Later(Option<ReplyTo<&'static str>>);
+    /// /// Answers the held call when told to (a cast); a cast that comes first is remembered.
+    /// struct Later(Option<ReplyTo<&'static str>>, bool);
     /// impl GenServer for Later {
     ///     type Call = (); type Reply = &'static str; type Cast = (); type Info = (); type Continue = ();
     ///     fn handle_call(&mut self, _: (), from: &Caller<&'static str>, _: &Ctx<Self>) -> CallResult<&'static str> {
+    ///         if self.1 {
+    ///             return CallResult::Reply("now");
+    ///         }
     ///         self.0 = Some(from.defer());
     ///         CallResult::NoReply
     ///     }
     ///     fn handle_cast(&mut self, _: (), _: &Ctx<Self>) -> gen_server::Flow {
-    ///         if let Some(r) = self.0.take() { r.reply("now"); }
+    ///         match self.0.take() {
+    ///             Some(r) => r.reply("now"),
+    ///             None => self.1 = true,
+    ///         }
     ///         gen_server::Flow::Continue
     ///     }
     /// }
     /// smarm::run(|| {
-    ///     let s = gen_server::start(Later(None)).unwrap();
+    ///     let s = gen_server::start(Later(None, false)).unwrap();
     ///     let s2 = s.clone();
     ///     smarm::spawn(move || s2.cast(()));
     ///     assert_eq!(s.call(()), Ok("now"));
