@@ -663,15 +663,6 @@ fn route(sh: &Arc<NodeShared>, name: &str, creation: Option<u32>, frame: Vec<u8>
     if handshake::validate_node_name(name).is_err() || name == &*sh.local.name {
         return false;
     }
-    // A connection that is closing is not up: let it leave (its NodeDown then precedes the
-    // next connection's NodeUp), then connect anew.
-    let closing = match sh.conns.lock().get(name) {
-        Some(Slot::Up(c)) if c.is_closed() => Some(c.clone()),
-        _ => None,
-    };
-    if let Some(c) = closing {
-        c.wait_removed(sh.cfg.setup_time);
-    }
     let mut conns = sh.conns.lock();
     match conns.get_mut(name) {
         Some(Slot::Up(c)) => {
@@ -682,7 +673,16 @@ fn route(sh: &Arc<NodeShared>, name: &str, creation: Option<u32>, frame: Vec<u8>
             }
             let c = c.clone();
             drop(conns);
-            c.enqueue_user(&frame, sh.cfg.busy_limit)
+            if c.enqueue_user(&frame, sh.cfg.busy_limit) {
+                return true;
+            }
+            // It was closing: let it leave (its NodeDown then precedes the next connection's
+            // NodeUp), then route again, which connects anew. Only this rare path pays.
+            c.wait_removed(sh.cfg.setup_time);
+            if matches!(sh.conns.lock().get(name), Some(Slot::Up(u)) if Arc::ptr_eq(u, &c)) {
+                return false; // still not gone within the setup time
+            }
+            route(sh, name, creation, frame)
         }
         Some(Slot::Pending(p)) => {
             if p.queued.len() + frame.len() > MAX_PENDING_BYTES {

@@ -39,14 +39,10 @@
 // Items re-exported (doc-hidden) through `cluster::__wire` link to private ones in their docs.
 #![allow(rustdoc::private_intra_doc_links)]
 
-use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Request tag: register a node (`ALIVE2_REQ`).
 pub const ALIVE2_REQ: u8 = 120;
@@ -835,17 +831,9 @@ pub fn fuzz_epmd(data: &[u8]) {
     let _ = names(&mut Stream { input: data });
 }
 
-/// A random 32-bit number: SipHash, keyed from the OS by `RandomState`, over a process-wide
-/// counter and the clock. Not a CSPRNG contract, but unpredictable to a peer that does not
-/// know the process's hash keys; creations need nothing more.
+/// A random 32-bit number from the kernel (the node's one source: `conn::random_u32`).
 fn random_u32() -> u32 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = RandomState::new().build_hasher();
-    // Relaxed: only a distinct value per call matters (hash input), which the RMW gives.
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-    let x = h.finish();
-    (x ^ (x >> 32)) as u32
+    super::conn::random_u32()
 }
 
 #[cfg(test)]

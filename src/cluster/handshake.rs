@@ -36,12 +36,8 @@
 // Items re-exported (doc-hidden) through `cluster::__wire` link to private ones in their docs.
 #![allow(rustdoc::private_intra_doc_links)]
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use md5::{Digest, Md5};
 
@@ -257,17 +253,9 @@ pub fn digest(challenge: u32, cookie: &str) -> [u8; 16] {
     h.finalize().into()
 }
 
-/// A fresh random challenge: SipHash keyed from the OS (`RandomState`) over a process-wide
-/// counter and the clock. Unpredictable to a peer that does not know the process's hash keys
-/// (far better than OTP's own `gen_challenge`), though not a CSPRNG contract.
+/// A fresh random challenge, from the kernel (the node's one source: `conn::random_u32`).
 pub fn gen_challenge() -> u32 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = RandomState::new().build_hasher();
-    // Relaxed: only a distinct value per call matters (hash input), which the RMW gives.
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-    let x = h.finish();
-    (x ^ (x >> 32)) as u32
+    super::conn::random_u32()
 }
 
 /// Compares two digests without an early exit.
