@@ -38,7 +38,9 @@
 //! reports the median and min..max, and the ratio to `erl->erl` beside the issue's target
 //! (smarm-smarm round trip <= 0.5x erl-erl, throughput >= 2x; a mixed pair no slower than
 //! erl-erl). Both smarm nodes use `available_parallelism()` scheduler threads, as `erl` uses
-//! one scheduler per core by default.
+//! one scheduler per core by default, and `Builder::busy_poll(50 us)`, as erl's schedulers
+//! busy-wait before sleeping by default (`+sbwt medium`); `SMARM_BENCH_BUSY_POLL_US=0` runs
+//! the smarm nodes with smarm's default (no busy-polling), any other value sets the spin.
 //!
 //! Run: `cargo bench --features cluster --bench cluster` (prints the table and writes
 //! `outputs/cluster.md`); `-- --quick` for a smoke test (small counts, one run, nothing
@@ -288,6 +290,7 @@ fn config(name: &str, epmd_port: u16) -> NodeConfig {
 fn role_peer(name: String, epmd_port: u16) {
     smarm::Runtime::builder()
         .threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .busy_poll(busy_poll())
         .build()
         .unwrap()
         .run(move || {
@@ -519,6 +522,18 @@ fn unique(p: &str) -> String {
     format!("bench_{p}_{}@127.0.0.1", std::process::id())
 }
 
+/// The smarm nodes' `Builder::busy_poll`: `BUSY_POLL_US` unless `SMARM_BENCH_BUSY_POLL_US`
+/// says otherwise (0: off, smarm's default).
+fn busy_poll() -> Duration {
+    Duration::from_micros(
+        std::env::var("SMARM_BENCH_BUSY_POLL_US").map_or(BUSY_POLL_US, |v| v.parse().expect("microseconds")),
+    )
+}
+
+/// erl's schedulers busy-wait before sleeping by default (`+sbwt medium`); the smarm nodes
+/// get the same chance through `Builder::busy_poll`.
+const BUSY_POLL_US: u64 = 50;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--role") {
@@ -552,6 +567,7 @@ fn main() {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rows = smarm::Runtime::builder()
         .threads(threads)
+        .busy_poll(busy_poll())
         .build()
         .unwrap()
         .run(move || {
@@ -695,6 +711,11 @@ fn report(rows: &[Row], runs: usize, scale: u64) -> String {
         "- pairs: driver->target. smarm timed with `Instant`, erl with `erlang:monotonic_time`; both smarm \
          nodes run available_parallelism() scheduler threads, erl its defaults\n",
     );
+    s.push_str(&format!(
+        "- smarm nodes' `Builder::busy_poll`: {} us (erl busy-waits by default, `+sbwt medium`; \
+         `SMARM_BENCH_BUSY_POLL_US=0` is smarm's default)\n",
+        busy_poll().as_micros()
+    ));
     s.push_str(&format!(
         "- `{FLOOR}`: the same round trips as plain blocking TCP ({FLOOR_FRAME}-byte frames, one std thread per \
          process, no runtime, no codec) between the two processes of the smarm->smarm pair: what waking a \

@@ -387,6 +387,54 @@ fn sleeping_works_while_an_idle_thread_waits_in_the_reactor() {
         .unwrap();
 }
 
+/// `Builder::busy_poll` with a spin far longer than any test: the spinning thread must still
+/// deliver readiness (from an actor's socket and from a plain thread's), fire timers, and let
+/// the runtime end when the root returns. A spin that ignored any of them would hang here
+/// for an hour instead of finishing.
+#[test]
+fn busy_poll_delivers_readiness_and_timers_and_ends() {
+    for threads in [1, 2] {
+        Runtime::builder()
+            .threads(threads)
+            .busy_poll(Duration::from_secs(3600))
+            .build()
+            .unwrap()
+            .run(|| {
+                let addr = start_echo_server();
+                let mut c = TcpStream::connect(addr).unwrap();
+                for i in 0..100u32 {
+                    c.write_all(&i.to_le_bytes()).unwrap();
+                    let mut b = [0u8; 4];
+                    c.read_exact(&mut b).unwrap();
+                    assert_eq!(u32::from_le_bytes(b), i);
+                }
+                // Timers while the only waiters are sockets: the spin ends at the deadline.
+                for ms in [1u64, 3] {
+                    let t0 = Instant::now();
+                    smarm::sleep(Duration::from_millis(ms));
+                    assert!(t0.elapsed() >= Duration::from_millis(ms), "woke early");
+                }
+                // Readiness caused by a plain thread while every actor is parked.
+                let l = TcpListener::bind("127.0.0.1:0").unwrap();
+                let laddr = l.local_addr().unwrap();
+                let reader = smarm::spawn(move || {
+                    let (mut s, _) = l.accept().unwrap();
+                    let mut b = [0u8; 5];
+                    s.read_exact(&mut b).unwrap();
+                    b
+                });
+                let writer = std::thread::spawn(move || {
+                    let mut s = std::net::TcpStream::connect(laddr).unwrap();
+                    s.write_all(b"hello").unwrap();
+                    s
+                });
+                assert_eq!(&reader.join().unwrap(), b"hello");
+                drop(writer.join().unwrap());
+            })
+            .unwrap();
+    }
+}
+
 #[test]
 fn udp_round_trip_between_actors() {
     rt(2)

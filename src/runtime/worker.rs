@@ -569,6 +569,41 @@ impl Worker {
         Shared::retired(&self.shared, was_root);
     }
 
+    /// `Builder::busy_poll`: polls the reactor without blocking until something is runnable
+    /// or the spin (or the next timer) is over. Only the thread holding the poll spins; the
+    /// others go on to sleep (one spinner per runtime is enough to see the network, and more
+    /// would take CPU from the threads that run actors). Returns true if work appeared.
+    #[cold]
+    fn busy_poll(&self, now: Instant) -> bool {
+        let sh = &*self.shared;
+        let Some(reactor) = sh.reactor_if_made() else { return false };
+        if !reactor.has_waiters() {
+            return false;
+        }
+        let mut end = now + sh.config.busy_poll;
+        if let Some(next) = sh.timers.until_next(now) {
+            end = end.min(now + next);
+        }
+        let inbox = self.inbox();
+        loop {
+            let Some(mut poll) = reactor.try_lock_poll() else { return false };
+            reactor.wait(&mut poll, Some(Duration::ZERO));
+            if reactor.dispatch(&poll) > 0 {
+                return true;
+            }
+            drop(poll);
+            for _ in 0..IDLE_SPINS {
+                if !sh.run_queue.is_empty() || !inbox.is_empty() || self.stealable() {
+                    return true;
+                }
+                core::hint::spin_loop();
+            }
+            if sh.lifecycle.is_finished() || Instant::now() >= end {
+                return false;
+            }
+        }
+    }
+
     fn idle_wait(&self) {
         let sh = &*self.shared;
         self.arm_timeouts(true);
@@ -581,6 +616,9 @@ impl Worker {
         }
         let now = Instant::now();
         if sh.fire_due(now) > 0 {
+            return;
+        }
+        if !sh.config.busy_poll.is_zero() && self.busy_poll(now) {
             return;
         }
         let has_work = || {
