@@ -38,11 +38,20 @@ pub struct Caller<R> {
 
 /// Where a call's reply goes: the calling actor's frame, or a oneshot (callers that are
 /// plain threads or actors of another runtime, and `send_request`). Two variants only: this
-/// is dropped on every call, and each variant adds to that drop glue on the call path.
+/// is dropped on every call, and each variant adds to that drop glue on the call path
+/// (the third, for callers on other nodes, exists only with feature `cluster`).
 enum Reply<R> {
     Frame(ReplySender<R>),
     Channel(OneshotSender<R>),
+    /// A caller on another node: the hook encodes the reply and sends it, run by whoever
+    /// replies (no forwarder actor in between).
+    #[cfg(feature = "cluster")]
+    Hook(ReplyHook<R>),
 }
+
+/// [`Reply::Hook`]'s function.
+#[cfg(feature = "cluster")]
+pub(crate) type ReplyHook<R> = Box<dyn FnOnce(R) + Send>;
 
 impl<R> Reply<R> {
     #[inline(always)]
@@ -52,6 +61,8 @@ impl<R> Reply<R> {
             Reply::Channel(tx) => {
                 let _ = tx.send(r);
             }
+            #[cfg(feature = "cluster")]
+            Reply::Hook(h) => h(r),
         }
     }
 }
@@ -61,6 +72,8 @@ impl<R> Reply<R> {
 enum DeferredReply<R> {
     Frame(ReplySender<R>),
     Shared(SharedOneshot<R>),
+    #[cfg(feature = "cluster")]
+    Hook(ReplyHook<R>),
 }
 
 impl<R> DeferredReply<R> {
@@ -72,6 +85,8 @@ impl<R> DeferredReply<R> {
                     let _ = tx.send(r);
                 }
             }
+            #[cfg(feature = "cluster")]
+            DeferredReply::Hook(h) => h(r),
         }
     }
 }
@@ -204,17 +219,23 @@ impl<R: Send> Caller<R> {
         let (tx, deferred) = match tx {
             Reply::Frame(s) => {
                 let cancel = s.call_cancel();
-                (DeferredReply::Frame(s), Deferred::Frame(cancel))
+                (DeferredReply::Frame(s), Some(Deferred::Frame(cancel)))
             }
             Reply::Channel(s) => {
                 let shared = Arc::new(RawMutex::new(Rank::Primitive, Some(s)));
-                (DeferredReply::Shared(SharedOneshot(shared.clone())), Deferred::Oneshot(shared))
+                (DeferredReply::Shared(SharedOneshot(shared.clone())), Some(Deferred::Oneshot(shared)))
             }
+            // A remote caller monitors the server (OTP's protocol): its end reaches the
+            // caller as that monitor's Down, with nothing to close here.
+            #[cfg(feature = "cluster")]
+            Reply::Hook(h) => (DeferredReply::Hook(h), None),
         };
         // `defer` runs in the server (a `Caller` is only lent to its callbacks), so the entry
         // is the server's. An actor whose local values are already being dropped cannot
         // defer a call any more: its caller is left to the reply handle alone.
-        let _ = DEFERRED.try_with(|d| d.push(deferred));
+        if let Some(deferred) = deferred {
+            let _ = DEFERRED.try_with(|d| d.push(deferred));
+        }
         // A reply into an actor's frame names a word in its runtime's slab; out of the
         // server's hands it keeps that runtime alive (see the `reply` module).
         let runtime = match &tx {
@@ -222,6 +243,8 @@ impl<R: Send> Caller<R> {
             // (`call_with` makes actor replies only for those).
             DeferredReply::Frame(s) => Some(unsafe { s.runtime() }),
             DeferredReply::Shared(_) => None,
+            #[cfg(feature = "cluster")]
+            DeferredReply::Hook(_) => None,
         };
         ReplyTo { tx, _runtime: runtime }
     }
@@ -503,6 +526,13 @@ fn call_by_oneshot<R: Send>(
         Err(RecvTimeoutError::Timeout) => Err(CallError::Timeout),
         Err(RecvTimeoutError::Disconnected) => Err(server_gone(limit, exit)),
     }
+}
+
+/// A [`Caller`] whose reply is handed to `hook` (a caller on another node: the hook sends
+/// it over the connection).
+#[cfg(feature = "cluster")]
+pub(crate) fn hook_caller<R: Send>(caller: Option<Pid>, hook: ReplyHook<R>) -> Caller<R> {
+    Caller { tx: std::cell::Cell::new(Some(Reply::Hook(hook))), caller }
 }
 
 /// A [`Caller`] whose reply goes to the returned oneshot (`send_request`: the reply is

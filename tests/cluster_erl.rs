@@ -424,6 +424,8 @@ enum CounterCall {
     Add(i64),
     Get,
     Die,
+    /// Answered later, from another actor (a deferred reply).
+    Later(i64),
 }
 
 #[derive(Deserialize, Debug)]
@@ -441,7 +443,7 @@ impl smarm::gen_server::GenServer for Counter {
     fn handle_call(
         &mut self,
         c: CounterCall,
-        _from: &smarm::gen_server::Caller<i64>,
+        from: &smarm::gen_server::Caller<i64>,
         _ctx: &smarm::gen_server::Ctx<Self>,
     ) -> smarm::gen_server::CallResult<i64> {
         use smarm::gen_server::CallResult;
@@ -452,6 +454,11 @@ impl smarm::gen_server::GenServer for Counter {
             }
             CounterCall::Get => CallResult::Reply(self.0),
             CounterCall::Die => CallResult::Stop(DownReason::Custom("asked_to".into()), None),
+            CounterCall::Later(n) => {
+                let reply = from.defer();
+                smarm::spawn(move || reply.reply(n * 10));
+                CallResult::NoReply
+            }
         }
     }
     fn handle_cast(&mut self, _c: CounterCast, _ctx: &smarm::gen_server::Ctx<Self>) -> smarm::gen_server::Flow {
@@ -474,14 +481,15 @@ fn erlang_calls_a_smarm_gen_server() {
             "S = '{me}@127.0.0.1', C = {{counter, S}}, \
              R1 = gen_server:call(C, {{add, 5}}), R2 = gen_server:call(C, {{add, 2}}), \
              ok = gen_server:cast(C, reset), R3 = gen_server:call(C, get), \
-             io:format(\"calls ~p~n\", [{{R1, R2, R3}}]), \
+             R4 = gen_server:call(C, {{later, 4}}), \
+             io:format(\"calls ~p~n\", [{{R1, R2, R3, R4}}]), \
              {{'EXIT', {{E1, _}}}} = (catch gen_server:call({{nobody, S}}, get, 5000)), \
              io:format(\"unknown ~p~n\", [E1]), \
              {{'EXIT', {{E2, _}}}} = (catch gen_server:call(C, die, 5000)), \
              io:format(\"died ~p~n\", [E2]), halt()."
         );
         let erl = Arc::new(Erl::start(&unique("erl_i"), COOKIE, port, &script));
-        assert_eq!(erl.expect_in_actor("calls "), "{5,7,0}");
+        assert_eq!(erl.expect_in_actor("calls "), "{5,7,0,40}");
         assert_eq!(erl.expect_in_actor("unknown "), "noproc");
         // The server stopped during the call (without replying): the caller's monitor tells it.
         assert_eq!(erl.expect_in_actor("died "), "asked_to");

@@ -150,18 +150,16 @@ where
             let call: S::Call = super::from_term(req).map_err(|e| e.to_string())?;
             let sh = super::current_shared().ok_or("no node")?;
             let from_pid = sh.local.pid_of(&from).ok_or("node table full")?;
-            let (caller, rx) = crate::behaviour::oneshot_caller::<S::Reply>(Some(from_pid));
-            // The reply leaves through a small forwarder: the server replies into a oneshot
-            // (as for a caller on a plain thread), the forwarder encodes it for the wire. A
-            // server that ends without replying drops the oneshot; the caller's monitor tells
-            // it why.
-            crate::task::spawn(move || {
-                let Ok(reply) = rx.recv() else { return };
-                match to_term(&reply) {
+            // The server's reply is encoded and sent by the replier itself (no forwarder
+            // actor: spawning one per call woke a second thread per call). A server that
+            // ends without replying drops the hook; the caller's monitor tells it why.
+            let caller = crate::behaviour::hook_caller::<S::Reply>(
+                Some(from_pid),
+                Box::new(move |reply| match to_term(&reply) {
                     Ok(r) => reply_to(&sh, from_pid, &tag_t, r),
                     Err(e) => sh.log(format_args!("a reply to {from_pid} did not encode: {e}")),
-                }
-            });
+                }),
+            );
             Ok(Request::Call(call, caller))
         }
         Some("$gen_cast") => {
