@@ -597,20 +597,32 @@ fn outgoing(sh: Arc<NodeShared>, name: Arc<str>) {
     }
 }
 
-/// Starts an outgoing attempt to `name` unless one runs; the caller holds `conns`' lock.
-fn start_outgoing(sh: &Arc<NodeShared>, conns: &mut std::collections::HashMap<Arc<str>, Slot>, name: &str) {
+/// Marks an outgoing attempt to `name` as started unless one runs; the caller holds
+/// `conns`' lock. Returns the attempt to spawn, which the caller must hand to
+/// [`spawn_outgoing`] once it has released the lock: a spawn may yield the thread (its
+/// preemption check), and an actor suspended while holding a `RawMutex` would leave every
+/// thread that then takes the lock blocked in the kernel, with nobody to resume the holder.
+#[must_use]
+fn start_outgoing(conns: &mut std::collections::HashMap<Arc<str>, Slot>, name: &str) -> Option<Arc<str>> {
     let key: Arc<str> = Arc::from(name);
     let p = match conns.entry(key.clone()).or_insert_with(|| Slot::Pending(Pending::default())) {
         Slot::Pending(p) => p,
-        Slot::Up(_) => return,
+        Slot::Up(_) => return None,
     };
     if p.outgoing {
-        return;
+        return None;
     }
     p.outgoing = true;
     p.attempts += 1;
-    let sh = sh.clone();
-    crate::task::spawn(move || outgoing(sh, key));
+    Some(key)
+}
+
+/// Spawns the attempt [`start_outgoing`] started (called without `conns`' lock).
+fn spawn_outgoing(sh: &Arc<NodeShared>, attempt: Option<Arc<str>>) {
+    if let Some(key) = attempt {
+        let sh = sh.clone();
+        crate::task::spawn(move || outgoing(sh, key));
+    }
 }
 
 /// The connection to `name` if it is up.
@@ -635,7 +647,7 @@ pub(crate) fn connect(sh: &Arc<NodeShared>, name: &str) -> Option<Arc<Conn>> {
         c.wait_removed(sh.cfg.setup_time);
     }
     let (tx, mut rx) = channel::oneshot();
-    {
+    let attempt = {
         let mut conns = sh.conns.lock();
         if let Some(Slot::Up(c)) = conns.get(name) {
             if !c.is_closed() {
@@ -644,11 +656,13 @@ pub(crate) fn connect(sh: &Arc<NodeShared>, name: &str) -> Option<Arc<Conn>> {
             // Still closing after the wait: a new connection replaces it in the table.
             conns.remove(name);
         }
-        start_outgoing(sh, &mut conns, name);
+        let attempt = start_outgoing(&mut conns, name);
         if let Some(Slot::Pending(p)) = conns.get_mut(name) {
             p.waiters.push(tx);
         }
-    }
+        attempt
+    };
+    spawn_outgoing(sh, attempt);
     // Locate, connect, and each handshake step: a few setup times at most.
     let _ = rx.recv_timeout(sh.cfg.setup_time * 4);
     match sh.conns.lock().get(name) {
@@ -691,16 +705,18 @@ fn route(sh: &Arc<NodeShared>, name: &str, creation: Option<u32>, frame: Vec<u8>
                 return false;
             }
             p.queued.extend_from_slice(&frame);
-            if !p.outgoing {
-                start_outgoing(sh, &mut conns, name);
-            }
+            let attempt = if p.outgoing { None } else { start_outgoing(&mut conns, name) };
+            drop(conns);
+            spawn_outgoing(sh, attempt);
             true
         }
         None => {
-            start_outgoing(sh, &mut conns, name);
+            let attempt = start_outgoing(&mut conns, name);
             if let Some(Slot::Pending(p)) = conns.get_mut(name) {
                 p.queued = frame;
             }
+            drop(conns);
+            spawn_outgoing(sh, attempt);
             true
         }
     }
