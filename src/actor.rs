@@ -96,6 +96,9 @@ pub(crate) struct ActorCell {
     pub(crate) exit_override: Option<Box<DownReason>>,
     /// The actor's `actor_local!` values (see `runtime::locals`); all-zero is "none yet".
     pub(crate) locals: crate::runtime::locals::ActorLocals,
+    /// Its `tracing` spans while suspended (feature `tracing`, see `runtime::spans`).
+    #[cfg(feature = "tracing")]
+    pub(crate) spans: crate::runtime::spans::ActorSpans,
 }
 
 /// The type-erased head of a `Task<F, T>` (at offset 0): the three functions that know `F`
@@ -407,6 +410,7 @@ impl<T> JoinHandle<T> {
     ///     assert_eq!(std::thread::spawn(move || h.join()).join().unwrap(), Ok(8));
     /// });
     /// ```
+    #[track_caller]
     pub fn join(self) -> Result<T, DownReason> {
         let packet = self.inner.packet();
         loop {
@@ -419,7 +423,7 @@ impl<T> JoinHandle<T> {
             // Deregister if the park unwinds (the joiner is being shut down), so the actor
             // that completes later never wakes a waiter that is gone.
             let guard = Deregister(packet);
-            crate::runtime::park_current();
+            crate::runtime::park_current(crate::slot_state::WaitKind::Join);
             core::mem::forget(guard);
         }
     }

@@ -478,6 +478,7 @@ pub(crate) fn exit_reason_now(rx: &WatchReceiver<Option<DownReason>>) -> Option<
 /// A `Caller` dropped without a reply means the server dropped the request: it died (the
 /// reason is read from its exit cell, waiting for the cell up to the limit) or dropped a
 /// deferred reply (then the caller times out, as in OTP).
+#[track_caller]
 pub(crate) fn call_with<R: Send>(
     server: Pid,
     mut limit: WaitLimit,
@@ -511,6 +512,7 @@ pub(crate) fn call_with<R: Send>(
 /// [`call_with`] for a plain thread (or a server of another runtime): the reply comes over
 /// a oneshot.
 #[cold]
+#[track_caller]
 fn call_by_oneshot<R: Send>(
     caller: Option<Pid>,
     mut limit: WaitLimit,
@@ -555,6 +557,7 @@ pub(crate) fn no_proc() -> CallError {
 /// set (waiting for it within what is left of the call's `limit`), else `Timeout` (a
 /// deferred reply that was dropped).
 #[cold]
+#[track_caller]
 pub(crate) fn server_gone(limit: WaitLimit, exit: &WatchReceiver<Option<DownReason>>) -> CallError {
     // What is left of the call's limit, as a deadline: a park woken after its timeout was
     // armed left the armed deadline; a relative limit still restarts now (it was woken

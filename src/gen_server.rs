@@ -711,6 +711,7 @@ impl<S: GenServer> ServerRef<S> {
     /// # }
     /// smarm::run(|| assert_eq!(gen_server::start(Echo).unwrap().call(5), Ok(5)));
     /// ```
+    #[track_caller]
     pub fn call(&self, request: S::Call) -> Result<S::Reply, CallError> {
         self.call_timeout(request, DEFAULT_CALL_TIMEOUT)
     }
@@ -731,6 +732,7 @@ impl<S: GenServer> ServerRef<S> {
     ///     assert_eq!(s.call_timeout((), Duration::from_millis(5)), Err(CallError::Timeout));
     /// });
     /// ```
+    #[track_caller]
     pub fn call_timeout(&self, request: S::Call, timeout: Duration) -> Result<S::Reply, CallError> {
         call_with(self.addr.pid(), WaitLimit::For(timeout), &self.exit, |from| {
             self.addr.try_send(Request::Call(request, from)).is_ok()
@@ -754,6 +756,7 @@ impl<S: GenServer> ServerRef<S> {
     /// }
     /// smarm::run(|| assert_eq!(gen_server::start(Server).unwrap().ask(Len("abc".into())), Ok(3)));
     /// ```
+    #[track_caller]
     pub fn ask<M: Send + 'static>(&self, msg: M) -> Result<<S as Handles<M>>::Reply, CallError>
     where
         S: Handles<M>,
@@ -781,6 +784,7 @@ impl<S: GenServer> ServerRef<S> {
     ///     assert_eq!(s.ask_timeout(Double(4), Duration::from_secs(1)), Ok(8));
     /// });
     /// ```
+    #[track_caller]
     pub fn ask_timeout<M: Send + 'static>(
         &self,
         msg: M,

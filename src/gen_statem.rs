@@ -1156,6 +1156,7 @@ impl<M: GenStatem> StatemRef<M> {
     /// # }
     /// smarm::run(|| assert_eq!(gen_statem::start(Echo).unwrap().call(3), Ok(3)));
     /// ```
+    #[track_caller]
     pub fn call(&self, request: M::Call) -> Result<M::Reply, CallError> {
         self.call_within(request, crate::runtime::WaitLimit::Forever)
     }
@@ -1177,10 +1178,12 @@ impl<M: GenStatem> StatemRef<M> {
     ///     assert_eq!(m.call_timeout(4, std::time::Duration::from_secs(1)), Ok(4));
     /// });
     /// ```
+    #[track_caller]
     pub fn call_timeout(&self, request: M::Call, timeout: Duration) -> Result<M::Reply, CallError> {
         self.call_within(request, crate::runtime::WaitLimit::For(timeout))
     }
 
+    #[track_caller]
     fn call_within(&self, request: M::Call, limit: crate::runtime::WaitLimit) -> Result<M::Reply, CallError> {
         call_with(self.addr.pid(), limit, &self.exit, |from| self.addr.try_send(Request::Call(request, from)).is_ok())
     }

@@ -88,6 +88,10 @@ mod groups;
 #[cfg(not(loom))]
 mod hand;
 #[cfg(not(loom))]
+pub mod info;
+#[cfg(all(feature = "observer", not(loom)))]
+pub mod observer;
+#[cfg(not(loom))]
 mod io;
 mod local_queue;
 mod loom_shim;

@@ -37,6 +37,7 @@
 //! straight into it (protocol in the `hand` module). Selective receives do not take part:
 //! what they are handed might not match.
 
+use crate::slot_state::WaitKind;
 use std::any::Any;
 use std::collections::VecDeque;
 use std::fmt;
@@ -168,6 +169,7 @@ impl<M> MailboxInner<M> {
     }
 
     /// The first envelope, parking until one arrives or the limit passes.
+    #[track_caller]
     fn recv_first(&self, limit: WaitLimit) -> Option<Envelope<M>> {
         self.recv_where(limit, true, |_| true)
     }
@@ -176,6 +178,7 @@ impl<M> MailboxInner<M> {
     /// passes. `any` says `pred` accepts everything: the receive may then be handed the next
     /// envelope directly (see the module doc).
     #[inline(always)]
+    #[track_caller]
     fn recv_where(
         &self,
         mut limit: WaitLimit,
@@ -198,7 +201,7 @@ impl<M> MailboxInner<M> {
             // registration is cleared under the lock taken next anyway. Declared after
             // `hand`, so it runs first: the cell is out of reach before it goes.
             let guard = Deregister(self);
-            let timed_out = limit.park();
+            let timed_out = limit.park(WaitKind::Mailbox);
             std::mem::forget(guard);
             if let Some(e) = hand.take() {
                 return Some(e);
@@ -224,6 +227,7 @@ impl<M> MailboxInner<M> {
     /// owner as the waiter, releases the lock and parks within `limit` (deregistered if the
     /// park unwinds, as in `recv_where`), then relocks and clears the registration. Returns
     /// the relocked state and whether the limit passed.
+    #[track_caller]
     fn park_selective<'a>(
         &'a self,
         mut s: RawGuard<'a, State<M>>,
@@ -232,7 +236,7 @@ impl<M> MailboxInner<M> {
         s.waiter = Some(Waiter::current());
         drop(s);
         let guard = Deregister(self);
-        let timed_out = limit.park();
+        let timed_out = limit.park(WaitKind::Mailbox);
         std::mem::forget(guard);
         let mut s = self.state.lock();
         s.waiter = None;
@@ -244,6 +248,7 @@ impl<M> MailboxInner<M> {
     /// [`find_owned`]), so that [`receive!`](macro@crate::receive) can match it with by-value
     /// patterns and guards without taking it. As [`recv_where`](Self::recv_where) with
     /// `any = false`: a selective receive, not handed envelopes directly.
+    #[track_caller]
     fn recv_owned(
         &self,
         mut limit: WaitLimit,
@@ -274,6 +279,7 @@ impl<M> MailboxInner<M> {
     /// others stay queued ahead of the ones it takes. Only the owner takes envelopes out, and
     /// pushes only append, so the skipped prefix stays the same envelopes between the calls
     /// as long as the owner receives nothing else meanwhile.
+    #[track_caller]
     fn recv_all_where(
         &self,
         mut limit: WaitLimit,
@@ -353,6 +359,14 @@ impl<M> Drop for Deregister<'_, M> {
 }
 
 impl<M: Send + 'static> SignalSink for MailboxInner<M> {
+    fn queue_report(&self) -> Option<(usize, &'static str)> {
+        Some((self.state.lock().queue.len(), std::any::type_name::<M>()))
+    }
+
+    fn owner(&self) -> Option<Pid> {
+        Some(self.pid)
+    }
+
     fn push_signal(&self, signal: Signal) {
         let e = match signal {
             Signal::Down(d) => Envelope::Down(d),
@@ -416,6 +430,7 @@ impl<M: Send + 'static> Mailbox<M> {
     ///     assert_eq!(rx.recv(), Ok(smarm::Envelope::Msg("hi")));
     /// });
     /// ```
+    #[track_caller]
     pub fn recv(&self) -> Envelope<M> {
         self.inner.recv_first(WaitLimit::Forever).expect("no deadline")
     }
@@ -453,6 +468,7 @@ impl<M: Send + 'static> Mailbox<M> {
     ///     assert_eq!(rx.recv(), Ok(Err(RecvTimeoutError::Timeout)));
     /// });
     /// ```
+    #[track_caller]
     pub fn recv_timeout(&self, timeout: Duration) -> Result<Envelope<M>, RecvTimeoutError> {
         self.inner.recv_first(WaitLimit::For(timeout)).ok_or(RecvTimeoutError::Timeout)
     }
@@ -473,6 +489,7 @@ impl<M: Send + 'static> Mailbox<M> {
     ///     assert_eq!(rx.recv(), Ok((Envelope::Msg(2), Envelope::Msg(1))));
     /// });
     /// ```
+    #[track_caller]
     pub fn recv_match(&self, pred: impl FnMut(&Envelope<M>) -> bool) -> Envelope<M> {
         self.inner.recv_where(WaitLimit::Forever, false, pred).expect("no deadline")
     }
@@ -494,6 +511,7 @@ impl<M: Send + 'static> Mailbox<M> {
     ///     assert_eq!(rx.recv(), Ok((Err(RecvTimeoutError::Timeout), 1)));
     /// });
     /// ```
+    #[track_caller]
     pub fn recv_match_timeout(
         &self,
         timeout: Duration,
@@ -516,6 +534,7 @@ impl<M: Send + 'static> Mailbox<M> {
 
     /// Selective receive within `limit`, for the crate's own waits (a supervisor waiting
     /// for a Down with or without a shutdown timeout); `None` if the limit passed.
+    #[track_caller]
     pub(crate) fn recv_match_within(
         &self,
         limit: WaitLimit,
@@ -527,6 +546,7 @@ impl<M: Send + 'static> Mailbox<M> {
     /// Selective receive of every match, for the receives that wait for many envelopes at
     /// once (a supervisor collecting the Downs of its children): see
     /// [`MailboxInner::recv_all_where`]. Returns false if the limit passed with none taken.
+    #[track_caller]
     pub(crate) fn recv_all_match(
         &self,
         limit: WaitLimit,
@@ -895,6 +915,7 @@ pub(crate) fn new_signal_box() -> Arc<dyn SignalSink> {
     MailboxInner::<NoMsg>::new(pid)
 }
 
+#[track_caller]
 pub(crate) fn recv_signal_from(sink: Arc<dyn SignalSink>, limit: WaitLimit) -> Option<Signal> {
     SignalBox::of(sink).0.recv_first(limit).map(|e| match e {
         Envelope::Down(d) => Signal::Down(d),

@@ -16,6 +16,7 @@
 //! hand it work with `tokio_rt.spawn(fut)`, then wait on the `JoinHandle` with
 //! `smarm::block_on(handle)`: the actor parks until tokio's thread completes it.
 
+use crate::slot_state::WaitKind;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,6 +85,7 @@ impl<T: Send> BlockingHandle<T> {
     ///     assert!(matches!(failed.join(), Err(smarm::DownReason::Panic(_))));
     /// });
     /// ```
+    #[track_caller]
     pub fn join(self) -> Result<T, DownReason> {
         self.rx.recv().unwrap_or(Err(DownReason::Shutdown))
     }
@@ -98,6 +100,7 @@ impl<T: Send> BlockingHandle<T> {
 /// let v = smarm::run(|| smarm::block_on(async { 40 + 2 }));
 /// assert_eq!(v, 42);
 /// ```
+#[track_caller]
 pub fn block_on<F: Future>(future: F) -> F::Output {
     let signal = Arc::new(Signal { notified: AtomicBool::new(false), target: Target::current() });
     let waker = Waker::from(signal.clone());
@@ -110,7 +113,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
         // Acquire: pairs with the waker's Release; what the waker's thread did before waking
         // is visible to the next poll.
         while !signal.notified.swap(false, Ordering::Acquire) {
-            park_current();
+            park_current(WaitKind::Future);
         }
     }
 }

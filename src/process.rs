@@ -184,6 +184,16 @@ pub(crate) trait SignalSink: Send + Sync {
     fn remove_down(&self, id: u64) -> bool;
     /// The mailbox as `Any`, for typed name lookup.
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+    /// Messages and signals waiting, and the message type's name (introspection); None
+    /// for a sink that is not a mailbox.
+    fn queue_report(&self) -> Option<(usize, &'static str)> {
+        None
+    }
+    /// The actor a sink belongs to, for a sink that watches on behalf of one (the
+    /// introspected `monitored_by`); None if unknown.
+    fn owner(&self) -> Option<Pid> {
+        None
+    }
     /// Decodes a term from another node into the mailbox's type and queues it (feature
     /// `cluster`).
     #[cfg(feature = "cluster")]
@@ -513,6 +523,63 @@ fn registered_name(sh: &Shared, pid: Pid) -> Option<String> {
 #[inline]
 pub(crate) fn world(sh: &Shared) -> &World {
     sh.world::<World>()
+}
+
+/// What the process layer knows of one live actor (for `info`).
+pub(crate) struct ProcReport {
+    pub(crate) name: Option<String>,
+    pub(crate) trap_exit: bool,
+    pub(crate) links: Vec<Pid>,
+    /// Watchers of this actor: their pid where the sink knows it.
+    pub(crate) monitored_by: Vec<Option<Pid>>,
+    /// Mailbox length and message type, if the actor has a mailbox.
+    pub(crate) mailbox: Option<(usize, &'static str)>,
+    pub(crate) groups: Vec<String>,
+}
+
+/// The process layer's report on `pid`, if it is live (one `proc` lock round, then the
+/// mailbox's own lock for its length).
+pub(crate) fn proc_report(sh: &Shared, pid: Pid) -> Option<ProcReport> {
+    let lock = proc_lock(sh, pid)?;
+    let (mut report, sink) = {
+        let mut g = lock.lock();
+        if g.exited_gen == pid.generation() {
+            return None;
+        }
+        match g.state.as_mut().filter(|st| st.gen == pid.generation()) {
+            None => (
+                ProcReport {
+                    name: None,
+                    trap_exit: false,
+                    links: Vec::new(),
+                    monitored_by: Vec::new(),
+                    mailbox: None,
+                    groups: Vec::new(),
+                },
+                None,
+            ),
+            Some(st) => {
+                let links = match &st.links {
+                    Links::Few(v) => v.clone(),
+                    Links::Many(set) => set.iter().copied().collect(),
+                };
+                (
+                    ProcReport {
+                        name: st.name.clone(),
+                        trap_exit: st.trap_exit,
+                        links,
+                        monitored_by: st.monitors.iter().map(|m| m.sink.owner()).collect(),
+                        mailbox: None,
+                        groups: st.groups.clone(),
+                    },
+                    st.sink.clone(),
+                )
+            }
+        }
+    };
+    // Outside the `proc` lock: no lock is held while the mailbox is locked.
+    report.mailbox = sink.and_then(|s| s.queue_report());
+    Some(report)
 }
 
 pub(crate) fn proc_lock(sh: &Shared, pid: Pid) -> Option<&ProcLock> {

@@ -48,6 +48,7 @@
 //! Plain OS threads have no slot, and servers of another runtime could outlive the caller's;
 //! those calls use a oneshot (see `gen_server::call_with`).
 
+use crate::slot_state::WaitKind;
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
@@ -107,6 +108,7 @@ impl<R> ReplyWait<R> {
     /// Waits for the reply within `limit`, which is left as what remains of it (the caller
     /// may go on to wait for the server's exit within the same limit).
     #[inline(always)]
+    #[track_caller]
     pub(crate) fn wait(&self, limit: &mut WaitLimit) -> Result<R, NoReply> {
         loop {
             // Acquire: pairs with the sender's Release store of DONE (the value is in).
@@ -118,7 +120,7 @@ impl<R> ReplyWait<R> {
                 // Woken by a sender that has not stored DONE yet (see the module doc).
                 WRITING => wait_out_writer(),
                 _ => {
-                    if limit.park() {
+                    if limit.park(WaitKind::Call) {
                         return self.close();
                     }
                 }

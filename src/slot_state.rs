@@ -264,6 +264,110 @@ pub(crate) struct Slot {
     pub(crate) lazy_key: core::cell::UnsafeCell<crate::wheel::TimerKey>,
     /// The reply word of the actor's current `call`: `seq << 3 | state` (see `reply`).
     pub(crate) reply: AtomicU64,
+    /// What introspection (`info`) reads of the actor (see [`Probe`]).
+    pub(crate) probe: Probe,
+}
+
+/// An actor's introspection record: plain facts written by the actor's owner (the spawner
+/// before publication, then the thread running it) with single-writer Relaxed stores, and
+/// read by `info` from any thread. Every field is one word, so a reader never sees a torn
+/// value; a reader re-reads the slot's state word after reading these and discards them if
+/// the generation changed (the slot was reused meanwhile). Relaxed suffices everywhere: the
+/// values are reports, not synchronisation, and each field is meaningful on its own.
+#[derive(Default)]
+pub(crate) struct Probe {
+    /// Where the actor last parked: [`WaitKind`] in the top byte, the `&'static
+    /// Location` of the blocking call (user-space addresses fit in 56 bits) below. 0: never.
+    pub(crate) wait: AtomicU64,
+    /// Times the actor was resumed (first run included; Erlang's reductions, roughly).
+    pub(crate) resumes: AtomicU64,
+    /// The scheduler thread that resumed it last.
+    pub(crate) thread: AtomicU64,
+    /// TSC ticks the actor ran, when the runtime counts CPU time (`Builder::cpu_time`).
+    pub(crate) cpu: AtomicU64,
+    /// `&'static Location` of the spawn call.
+    pub(crate) spawned_at: AtomicU64,
+    /// `fn() -> &'static str` naming the spawned closure's type.
+    pub(crate) type_name: AtomicU64,
+    /// The spawning actor (`index << 32 | generation`), 0 if spawned from outside an actor.
+    pub(crate) parent: AtomicU64,
+    /// The actor's stack (`Stack::into_raw` parts, guard included), once its first run
+    /// bound it; 0 before.
+    pub(crate) stack_base: AtomicU64,
+    pub(crate) stack_len: AtomicU64,
+}
+
+/// What a parked actor waits for (see [`Probe::wait`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum WaitKind {
+    /// A message in its mailbox (`Mailbox::recv`, `receive!`, `recv_signal`).
+    Mailbox = 1,
+    /// A channel (`Receiver::recv`, `Sender::send` on a full channel, oneshot, watch).
+    Channel,
+    /// One of several channels (`select`).
+    Select,
+    /// A `sync::Mutex`.
+    Mutex,
+    /// A `sync::Barrier` or `sync::WaitGroup`.
+    Barrier,
+    /// `sleep`.
+    Sleep,
+    /// A socket's readiness (`net`).
+    Socket,
+    /// Another actor's end (`JoinHandle::join`) or a blocking task's (`spawn_blocking`).
+    Join,
+    /// The reply to a `gen_server`/`gen_statem` call.
+    Call,
+    /// A future (`block_on`).
+    Future,
+}
+
+impl WaitKind {
+    const ALL: [WaitKind; 10] = [
+        WaitKind::Mailbox,
+        WaitKind::Channel,
+        WaitKind::Select,
+        WaitKind::Mutex,
+        WaitKind::Barrier,
+        WaitKind::Sleep,
+        WaitKind::Socket,
+        WaitKind::Join,
+        WaitKind::Call,
+        WaitKind::Future,
+    ];
+
+    /// A short lower-case name (`"mailbox"`, `"socket"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitKind::Mailbox => "mailbox",
+            WaitKind::Channel => "channel",
+            WaitKind::Select => "select",
+            WaitKind::Mutex => "mutex",
+            WaitKind::Barrier => "barrier",
+            WaitKind::Sleep => "sleep",
+            WaitKind::Socket => "socket",
+            WaitKind::Join => "join",
+            WaitKind::Call => "call",
+            WaitKind::Future => "future",
+        }
+    }
+
+    /// The packed [`Probe::wait`] word for a park of this kind at `site`.
+    #[inline(always)]
+    pub(crate) fn at(self, site: &'static core::panic::Location<'static>) -> u64 {
+        ((self as u64) << 56) | (site as *const _ as u64 & ((1 << 56) - 1))
+    }
+
+    /// Unpacks a [`Probe::wait`] word.
+    pub(crate) fn unpack(word: u64) -> Option<(WaitKind, &'static core::panic::Location<'static>)> {
+        let kind = *WaitKind::ALL.get(((word >> 56) as usize).checked_sub(1)?)?;
+        let ptr = (word & ((1 << 56) - 1)) as *const core::panic::Location<'static>;
+        // SAFETY: a non-zero word was made by `at` from a `&'static Location` (user-space
+        // pointers are below 2^56 on x86_64, so the mask kept it whole).
+        Some((kind, unsafe { &*ptr }))
+    }
 }
 
 impl Slot {

@@ -44,6 +44,7 @@ use crate::slot_state::Pid;
 ///     assert_eq!(h.join().unwrap(), 4);
 /// });
 /// ```
+#[track_caller]
 pub fn spawn<F, T>(f: F) -> JoinHandle<T>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -62,6 +63,7 @@ where
 /// }).unwrap();
 /// assert!(matches!(smarm::try_spawn(|| ()), Err(smarm::SpawnError::NoRuntime)));
 /// ```
+#[track_caller]
 pub fn try_spawn<F, T>(f: F) -> Result<JoinHandle<T>, SpawnError>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -104,6 +106,7 @@ where
 ///
 /// # Panics
 /// Where [`spawn`] panics; see [`try_spawn_pinned`].
+#[track_caller]
 pub fn spawn_pinned<F, T>(f: F) -> JoinHandle<T>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -118,6 +121,7 @@ where
 /// assert!(matches!(smarm::try_spawn_pinned(|| ()), Err(smarm::SpawnError::NoRuntime)));
 /// smarm::run(|| assert_eq!(smarm::try_spawn_pinned(|| 3).unwrap().join(), Ok(3)));
 /// ```
+#[track_caller]
 pub fn try_spawn_pinned<F, T>(f: F) -> Result<JoinHandle<T>, SpawnError>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -154,6 +158,7 @@ fn current_shared_ptr() -> Result<*const crate::runtime::Shared, SpawnError> {
 ///
 /// # Panics
 /// Where [`spawn`] panics; see [`try_spawn_actor`].
+#[track_caller]
 pub fn spawn_actor<M, F, T>(f: F) -> Addr<M>
 where
     M: Send + 'static,
@@ -171,6 +176,7 @@ where
 ///     Err(smarm::SpawnError::NoRuntime)
 /// ));
 /// ```
+#[track_caller]
 pub fn try_spawn_actor<M, F, T>(f: F) -> Result<Addr<M>, SpawnError>
 where
     M: Send + 'static,
@@ -181,6 +187,7 @@ where
 }
 
 /// `try_spawn_actor`, optionally linked to `link_to` (the caller) before the child runs.
+#[track_caller]
 pub(crate) fn spawn_actor_opts<M, F, T>(f: F, link_to: Option<Pid>) -> Result<Addr<M>, SpawnError>
 where
     M: Send + 'static,
@@ -220,6 +227,7 @@ where
 ///
 /// # Panics
 /// Outside an actor, or where [`spawn`] panics; see [`try_spawn_link`].
+#[track_caller]
 pub fn spawn_link<F, T>(f: F) -> JoinHandle<T>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -235,6 +243,7 @@ where
 /// assert!(matches!(smarm::try_spawn_link(|| ()), Err(smarm::SpawnError::NoRuntime)));
 /// smarm::run(|| assert_eq!(smarm::try_spawn_link(|| 7).unwrap().join(), Ok(7)));
 /// ```
+#[track_caller]
 pub fn try_spawn_link<F, T>(f: F) -> Result<JoinHandle<T>, SpawnError>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -269,6 +278,7 @@ where
 ///
 /// # Panics
 /// Outside an actor, or where [`spawn`] panics; see [`try_spawn_monitor`].
+#[track_caller]
 pub fn spawn_monitor<F, T>(f: F) -> (JoinHandle<T>, MonitorRef)
 where
     F: FnOnce() -> T + Send + 'static,
@@ -287,6 +297,7 @@ where
 ///     assert_eq!(mref.target(), h.pid());
 /// });
 /// ```
+#[track_caller]
 pub fn try_spawn_monitor<F, T>(f: F) -> Result<(JoinHandle<T>, MonitorRef), SpawnError>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -325,6 +336,7 @@ where
 ///
 /// # Panics
 /// Outside an actor, or where [`spawn`] panics; see [`try_spawn_actor_link`].
+#[track_caller]
 pub fn spawn_actor_link<M, F, T>(f: F) -> Addr<M>
 where
     M: Send + 'static,
@@ -340,6 +352,7 @@ where
 /// let r = smarm::try_spawn_actor_link(|_mb: smarm::Mailbox<u8>| ());
 /// assert!(matches!(r, Err(smarm::SpawnError::NoRuntime)));
 /// ```
+#[track_caller]
 pub fn try_spawn_actor_link<M, F, T>(f: F) -> Result<Addr<M>, SpawnError>
 where
     M: Send + 'static,
@@ -372,6 +385,7 @@ where
 ///
 /// # Panics
 /// Outside an actor, or where [`spawn`] panics; see [`try_spawn_actor_monitor`].
+#[track_caller]
 pub fn spawn_actor_monitor<M, F, T>(f: F) -> (Addr<M>, MonitorRef)
 where
     M: Send + 'static,
@@ -387,6 +401,7 @@ where
 /// let r = smarm::try_spawn_actor_monitor(|_mb: smarm::Mailbox<u8>| ());
 /// assert!(matches!(r, Err(smarm::SpawnError::NoRuntime)));
 /// ```
+#[track_caller]
 pub fn try_spawn_actor_monitor<M, F, T>(f: F) -> Result<(Addr<M>, MonitorRef), SpawnError>
 where
     M: Send + 'static,
@@ -524,6 +539,7 @@ impl SpawnOptions {
     ///
     /// # Panics
     /// Where [`try_spawn`](SpawnOptions::try_spawn) fails.
+    #[track_caller]
     pub fn spawn<F, T>(self, f: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -540,6 +556,7 @@ impl SpawnOptions {
     ///     assert!(matches!(e, smarm::SpawnError::InvalidStackSize { requested: 1, .. }));
     /// });
     /// ```
+    #[track_caller]
     pub fn try_spawn<F, T>(self, f: F) -> Result<JoinHandle<T>, SpawnError>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -560,6 +577,7 @@ impl SpawnOptions {
     ///
     /// # Panics
     /// Where [`try_spawn_monitor`](SpawnOptions::try_spawn_monitor) fails.
+    #[track_caller]
     pub fn spawn_monitor<F, T>(self, f: F) -> (JoinHandle<T>, MonitorRef)
     where
         F: FnOnce() -> T + Send + 'static,
@@ -573,6 +591,7 @@ impl SpawnOptions {
     /// ```
     /// assert!(matches!(smarm::SpawnOptions::new().try_spawn_monitor(|| ()), Err(smarm::SpawnError::NoRuntime)));
     /// ```
+    #[track_caller]
     pub fn try_spawn_monitor<F, T>(self, f: F) -> Result<(JoinHandle<T>, MonitorRef), SpawnError>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -594,6 +613,7 @@ impl SpawnOptions {
     ///
     /// # Panics
     /// Where [`try_spawn_actor`](SpawnOptions::try_spawn_actor) fails.
+    #[track_caller]
     pub fn spawn_actor<M, F, T>(self, f: F) -> Addr<M>
     where
         M: Send + 'static,
@@ -609,6 +629,7 @@ impl SpawnOptions {
     /// let r = smarm::SpawnOptions::new().try_spawn_actor(|_mb: smarm::Mailbox<u8>| ());
     /// assert!(matches!(r, Err(smarm::SpawnError::NoRuntime)));
     /// ```
+    #[track_caller]
     pub fn try_spawn_actor<M, F, T>(self, f: F) -> Result<Addr<M>, SpawnError>
     where
         M: Send + 'static,
@@ -631,6 +652,7 @@ impl SpawnOptions {
     ///
     /// # Panics
     /// Where [`try_spawn_actor_monitor`](SpawnOptions::try_spawn_actor_monitor) fails.
+    #[track_caller]
     pub fn spawn_actor_monitor<M, F, T>(self, f: F) -> (Addr<M>, MonitorRef)
     where
         M: Send + 'static,
@@ -646,6 +668,7 @@ impl SpawnOptions {
     /// let r = smarm::SpawnOptions::new().try_spawn_actor_monitor(|_mb: smarm::Mailbox<u8>| ());
     /// assert!(matches!(r, Err(smarm::SpawnError::NoRuntime)));
     /// ```
+    #[track_caller]
     pub fn try_spawn_actor_monitor<M, F, T>(self, f: F) -> Result<(Addr<M>, MonitorRef), SpawnError>
     where
         M: Send + 'static,
@@ -656,6 +679,7 @@ impl SpawnOptions {
         Ok((addr, mref.expect("monitored")))
     }
 
+    #[track_caller]
     fn spawn_actor_planned<M, F, T>(self, monitor: bool, f: F) -> Result<(Addr<M>, Option<MonitorRef>), SpawnError>
     where
         M: Send + 'static,
@@ -680,6 +704,7 @@ impl SpawnOptions {
     /// is published (live, so no concurrent `register` can take the name from under it) and
     /// before it is queued; only then are the link and the monitor set up, so a spawn refused
     /// for its name notifies nobody (its actor is stopped before it starts).
+    #[track_caller]
     fn spawn_planned<F, T>(
         self,
         monitor: bool,
@@ -837,6 +862,7 @@ pub fn yield_now() {
 /// ```
 /// smarm::run(|| smarm::sleep(std::time::Duration::from_millis(1)));
 /// ```
+#[track_caller]
 pub fn sleep(d: Duration) {
     crate::runtime::sleep(d);
 }
@@ -1001,6 +1027,7 @@ impl Handle {
     ///
     /// # Panics
     /// Where [`try_spawn`](Handle::try_spawn) fails.
+    #[track_caller]
     pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -1017,6 +1044,7 @@ impl Handle {
     /// let handle = rt.handle();
     /// assert!(matches!(handle.try_spawn(|| ()), Err(smarm::SpawnError::NotRunning)));
     /// ```
+    #[track_caller]
     pub fn try_spawn<F, T>(&self, f: F) -> Result<JoinHandle<T>, SpawnError>
     where
         F: FnOnce() -> T + Send + 'static,
@@ -1043,6 +1071,7 @@ impl Handle {
     ///
     /// # Panics
     /// Where [`try_spawn_actor`](Handle::try_spawn_actor) fails.
+    #[track_caller]
     pub fn spawn_actor<M, F, T>(&self, f: F) -> Addr<M>
     where
         M: Send + 'static,
@@ -1060,6 +1089,7 @@ impl Handle {
     /// let r = rt.handle().try_spawn_actor(|_mb: smarm::Mailbox<u8>| ());
     /// assert!(matches!(r, Err(smarm::SpawnError::NotRunning)));
     /// ```
+    #[track_caller]
     pub fn try_spawn_actor<M, F, T>(&self, f: F) -> Result<Addr<M>, SpawnError>
     where
         M: Send + 'static,

@@ -59,6 +59,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("run", 4),
     // 5 reach
     ("cluster", 5),
+    ("info", 5),
+    ("observer", 5),
 ];
 
 const FACADE: u8 = u8::MAX;

@@ -48,6 +48,7 @@ mod oneshot;
 mod select;
 mod watch;
 
+use crate::slot_state::WaitKind;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -392,6 +393,7 @@ impl<T> Sender<T> {
     ///     producer.join().unwrap();
     /// });
     /// ```
+    #[track_caller]
     pub fn send(&self, value: T) -> Result<(), SendError<T>> {
         let mut value = value;
         loop {
@@ -414,7 +416,7 @@ impl<T> Sender<T> {
             s.senders_waiting.push_back(Waiter::current());
             drop(s);
             let guard = DeregisterSender(&self.chan);
-            park_until(None);
+            park_until(None, WaitKind::Channel);
             drop(guard);
         }
     }
@@ -517,6 +519,7 @@ impl<T> Receiver<T> {
     ///     assert!(rx.recv().is_err()); // the sender is gone
     /// });
     /// ```
+    #[track_caller]
     pub fn recv(&self) -> Result<T, RecvError> {
         self.recv_deadline_opt(None).map_err(|_| RecvError)
     }
@@ -549,6 +552,7 @@ impl<T> Receiver<T> {
     ///     assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(1));
     /// });
     /// ```
+    #[track_caller]
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         self.recv_deadline_opt(Some(crate::timer::deadline_after(Instant::now(), timeout)))
     }
@@ -561,6 +565,7 @@ impl<T> Receiver<T> {
     /// let deadline = Instant::now() + Duration::from_millis(1);
     /// assert_eq!(rx.recv_deadline(deadline), Err(smarm::channel::RecvTimeoutError::Timeout));
     /// ```
+    #[track_caller]
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
         self.recv_deadline_opt(Some(deadline))
     }
@@ -599,6 +604,7 @@ impl<T> Receiver<T> {
         Some(v)
     }
 
+    #[track_caller]
     fn recv_deadline_opt(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         let mut timed_out = false;
         let mut s = self.chan.state.lock();
@@ -621,7 +627,7 @@ impl<T> Receiver<T> {
             let guard = DeregisterReceiver(&self.chan);
             // `park_until` reads the clock once and declines to park once the deadline has
             // passed; the condition is then looked at one last time before timing out.
-            timed_out = !park_until(deadline);
+            timed_out = !park_until(deadline, WaitKind::Channel);
             std::mem::forget(guard);
             if let Some(v) = hand.take() {
                 return Ok(v);

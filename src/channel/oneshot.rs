@@ -18,6 +18,7 @@
 //! freed exactly once and never used after. A create + send + recv round trip thus costs
 //! two locked instructions (one lock per end) and no reference-count traffic.
 
+use crate::slot_state::WaitKind;
 use std::cell::Cell;
 use std::fmt;
 use std::ptr::NonNull;
@@ -214,6 +215,7 @@ impl<T> OneshotReceiver<T> {
     /// drop(tx); // dropped without sending
     /// assert_eq!(rx.recv(), Err(smarm::channel::RecvError));
     /// ```
+    #[track_caller]
     pub fn recv(self) -> Result<T, RecvError> {
         self.wait(&mut WaitLimit::Forever).map_err(|_| RecvError)
     }
@@ -252,6 +254,7 @@ impl<T> OneshotReceiver<T> {
     /// tx.send(1).unwrap();
     /// assert_eq!(rx.recv_deadline(soon), Ok(1)); // still there after a timeout
     /// ```
+    #[track_caller]
     pub fn recv_deadline(&mut self, deadline: Instant) -> Result<T, RecvTimeoutError> {
         self.recv_within(&mut WaitLimit::Until(deadline))
     }
@@ -266,12 +269,14 @@ impl<T> OneshotReceiver<T> {
     ///     assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok('x'));
     /// });
     /// ```
+    #[track_caller]
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         self.recv_within(&mut WaitLimit::For(timeout))
     }
 
     /// Waits within `limit`, which is left as what remains of it (a deadline once a park
     /// has turned it into one), for a caller that goes on waiting for something else.
+    #[track_caller]
     pub(crate) fn recv_within(&mut self, limit: &mut WaitLimit) -> Result<T, RecvTimeoutError> {
         if self.done.get() {
             return Err(RecvTimeoutError::Disconnected);
@@ -279,6 +284,7 @@ impl<T> OneshotReceiver<T> {
         self.wait(limit)
     }
 
+    #[track_caller]
     fn wait(&self, limit: &mut WaitLimit) -> Result<T, RecvTimeoutError> {
         let mut s = self.lock();
         loop {
@@ -293,7 +299,7 @@ impl<T> OneshotReceiver<T> {
             // Deregisters if the park unwinds (the actor was killed); on a normal return the
             // registration is cleared under the lock taken next anyway.
             let guard = Deregister(self);
-            let timed_out = limit.park();
+            let timed_out = limit.park(WaitKind::Channel);
             std::mem::forget(guard);
             s = self.lock();
             s.waiter = None;

@@ -22,6 +22,7 @@
 //! });
 //! ```
 
+use crate::slot_state::WaitKind;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -73,10 +74,11 @@ fn start_arm(n: usize) -> usize {
 ///     assert_eq!(select_ready(&arms, Some(std::time::Instant::now())), None);
 /// });
 /// ```
+#[track_caller]
 pub fn select_ready(arms: &[&dyn Selectable], deadline: Option<Instant>) -> Option<usize> {
     let n = arms.len();
     if n == 0 {
-        while park_until(deadline) {}
+        while park_until(deadline, WaitKind::Select) {}
         return None;
     }
     let start = start_arm(n);
@@ -109,7 +111,7 @@ pub fn select_ready(arms: &[&dyn Selectable], deadline: Option<Instant>) -> Opti
         }
         // One clock read per park: `park_until` declines once the deadline has passed, and
         // the arms get one last look above.
-        timed_out = !park_until(deadline);
+        timed_out = !park_until(deadline, WaitKind::Select);
         drop(unregister);
     }
 }

@@ -13,6 +13,7 @@
 //! });
 //! ```
 
+use crate::slot_state::WaitKind;
 use std::fmt;
 use std::sync::Arc;
 
@@ -177,6 +178,7 @@ impl<T> WatchReceiver<T> {
     /// drop(tx);
     /// assert!(rx.changed().is_err()); // nothing newer will come
     /// ```
+    #[track_caller]
     pub fn changed(&mut self) -> Result<(), RecvError> {
         self.changed_until(None).map_err(|_| RecvError)
     }
@@ -189,10 +191,12 @@ impl<T> WatchReceiver<T> {
     /// let soon = Instant::now() + Duration::from_millis(1);
     /// assert_eq!(rx.changed_deadline(soon), Err(smarm::channel::RecvTimeoutError::Timeout));
     /// ```
+    #[track_caller]
     pub fn changed_deadline(&mut self, deadline: std::time::Instant) -> Result<(), super::RecvTimeoutError> {
         self.changed_until(Some(deadline))
     }
 
+    #[track_caller]
     fn changed_until(&mut self, deadline: Option<std::time::Instant>) -> Result<(), super::RecvTimeoutError> {
         let mut timed_out = false;
         loop {
@@ -211,7 +215,7 @@ impl<T> WatchReceiver<T> {
             drop(s);
             let guard = Deregister(&self.inner);
             // One clock read per park; see `Receiver::recv_deadline_opt`.
-            timed_out = !park_until(deadline);
+            timed_out = !park_until(deadline, WaitKind::Channel);
             drop(guard);
         }
     }

@@ -41,6 +41,7 @@
 //! Layer 2: the reactor wakes [`Waiter`]s and `std::task::Waker`s; it knows nothing of
 //! sockets (those are `net`, layer 3).
 
+use crate::slot_state::WaitKind;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -309,6 +310,7 @@ impl Reactor {
 
     /// Blocks in `epoll_wait` until an event, a [`Reactor::wake`] or `timeout` (None:
     /// forever). The events stay in the guard for [`Reactor::dispatch`].
+    #[track_caller]
     pub(crate) fn wait(&self, guard: &mut PollGuard<'_>, timeout: Option<Duration>) {
         let st = &mut *guard.0;
         if let Err(e) = st.poll.poll(&mut st.events, timeout) {
@@ -449,6 +451,7 @@ impl Registration {
 
     /// Parks the caller (actor or thread) until `dir` is ready, within `limit`. Returns
     /// `TimedOut` once the limit has passed with `dir` still not ready.
+    #[track_caller]
     pub(crate) fn wait(&self, dir: Dir, limit: &mut WaitLimit) -> io::Result<()> {
         let entry = self.entry();
         let me = Waiter::current();
@@ -479,7 +482,7 @@ impl Registration {
                 }
             }
             let withdraw = Withdraw { entry, dir, me: &me };
-            let timed_out = limit.park();
+            let timed_out = limit.park(WaitKind::Socket);
             drop(withdraw);
             // Acquire: as in `snapshot`.
             if entry.state.load(Ordering::Acquire) & dir.ready_mask() != 0 {

@@ -90,9 +90,11 @@ macro_rules! fd_impls {
 macro_rules! stream_impls {
     ($t:ty) => {
         impl std::io::Read for &$t {
+            #[track_caller]
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
                 self.core.io_bytes($crate::io::Dir::Read, buf.len(), |mut s| std::io::Read::read(&mut s, buf))
             }
+            #[track_caller]
             fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
                 let want = bufs.iter().map(|b| b.len()).sum();
                 self.core.io_bytes($crate::io::Dir::Read, want, |mut s| std::io::Read::read_vectored(&mut s, bufs))
@@ -100,9 +102,11 @@ macro_rules! stream_impls {
         }
 
         impl std::io::Write for &$t {
+            #[track_caller]
             fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
                 self.core.io_bytes($crate::io::Dir::Write, buf.len(), |mut s| std::io::Write::write(&mut s, buf))
             }
+            #[track_caller]
             fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
                 let want = bufs.iter().map(|b| b.len()).sum();
                 self.core.io_bytes($crate::io::Dir::Write, want, |mut s| std::io::Write::write_vectored(&mut s, bufs))
@@ -113,18 +117,22 @@ macro_rules! stream_impls {
         }
 
         impl std::io::Read for $t {
+            #[track_caller]
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
                 std::io::Read::read(&mut &*self, buf)
             }
+            #[track_caller]
             fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
                 std::io::Read::read_vectored(&mut &*self, bufs)
             }
         }
 
         impl std::io::Write for $t {
+            #[track_caller]
             fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
                 std::io::Write::write(&mut &*self, buf)
             }
+            #[track_caller]
             fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
                 std::io::Write::write_vectored(&mut &*self, bufs)
             }
@@ -268,6 +276,7 @@ impl<S: AsRawFd> Core<S> {
 
     /// Runs `op` until it does not return `WouldBlock`, waiting for `dir` readiness in
     /// between, within the handle's timeout for `dir`.
+    #[track_caller]
     pub(crate) fn io<R>(&self, dir: Dir, op: impl FnMut(&S) -> io::Result<R>) -> io::Result<R> {
         self.io_within(dir, WaitLimit::from_timeout(self.timeout(dir)), op, |_| false)
     }
@@ -277,12 +286,14 @@ impl<S: AsRawFd> Core<S> {
     /// would block: the readiness bit is cleared now (against the snapshot taken before the
     /// call, so an edge that arrived meanwhile keeps it), and that next call parks at once
     /// instead of paying a system call for `EAGAIN` (tokio does the same).
+    #[track_caller]
     pub(crate) fn io_bytes(&self, dir: Dir, want: usize, op: impl FnMut(&S) -> io::Result<usize>) -> io::Result<usize> {
         self.io_within(dir, WaitLimit::from_timeout(self.timeout(dir)), op, |&n| n > 0 && n < want)
     }
 
     /// [`Core::io`] with an explicit limit; `exhausted(result)` says whether a successful
     /// result shows the socket is no longer ready for `dir` (see [`Core::io_bytes`]).
+    #[track_caller]
     pub(crate) fn io_within<R>(
         &self,
         dir: Dir,
@@ -440,6 +451,7 @@ fn nonblocking<S>(sock: S, set: impl FnOnce(&S, bool) -> io::Result<()>) -> io::
 /// Waits for a non-blocking `connect` on `core` to finish, within `limit`: writable, then
 /// `SO_ERROR` (`take_error`) says how it failed, or a peer address (`peer`) that it succeeded;
 /// `NotConnected` from `peer` means still in progress.
+#[track_caller]
 fn finish_connect<S: AsRawFd, A>(
     core: &Core<S>,
     limit: WaitLimit,

@@ -64,6 +64,7 @@ impl TcpListener {
     ///     assert!(peer.ip().is_loopback());
     /// });
     /// ```
+    #[track_caller]
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         self.core.io(Dir::Read, |l| l.accept()).map(|(s, addr)| {
             // SAFETY: the fd was just accepted by mio and is owned by nothing else.
@@ -195,6 +196,7 @@ impl TcpStream {
     ///     echo.join().unwrap();
     /// });
     /// ```
+    #[track_caller]
     pub fn connect<A: ToSocketAddrs>(addr: A) -> io::Result<TcpStream> {
         each_addr(addr, |a| TcpStream::connect_within(a, WaitLimit::Forever))
     }
@@ -210,11 +212,13 @@ impl TcpStream {
     /// assert_eq!(s.peer_addr().unwrap(), addr);
     /// assert!(smarm::net::TcpStream::connect_timeout(&addr, Duration::ZERO).is_err()); // InvalidInput
     /// ```
+    #[track_caller]
     pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
         check_timeout(timeout)?;
         TcpStream::connect_within(*addr, WaitLimit::from_timeout(Some(timeout)))
     }
 
+    #[track_caller]
     fn connect_within(addr: SocketAddr, limit: WaitLimit) -> io::Result<TcpStream> {
         let s = mio::net::TcpStream::connect(addr)?;
         // SAFETY: the fd was just made by mio and is owned by nothing else.
@@ -368,6 +372,7 @@ impl TcpStream {
     /// (&server).read_exact(&mut buf).unwrap();
     /// assert_eq!(&buf, b"abc");
     /// ```
+    #[track_caller]
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.core.io(Dir::Read, |s| s.peek(buf))
     }

@@ -35,6 +35,7 @@ impl UdpSocket {
     /// a.connect(b.local_addr().unwrap()).unwrap();
     /// assert_eq!(a.peer_addr().unwrap(), b.local_addr().unwrap());
     /// ```
+    #[track_caller]
     pub fn connect<A: ToSocketAddrs>(&self, addr: A) -> io::Result<()> {
         self.core.get().connect(addr)
     }
@@ -49,6 +50,7 @@ impl UdpSocket {
     /// let mut buf = [0u8; 16];
     /// assert_eq!(b.recv(&mut buf).unwrap(), 5);
     /// ```
+    #[track_caller]
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         self.core.io(Dir::Write, |s| s.send(buf))
     }
@@ -66,6 +68,7 @@ impl UdpSocket {
     ///     assert_eq!(&buf[..n], b"late");
     /// });
     /// ```
+    #[track_caller]
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.core.io(Dir::Read, |s| s.recv(buf))
     }
@@ -80,6 +83,7 @@ impl UdpSocket {
     /// let (n, from) = b.recv_from(&mut buf).unwrap();
     /// assert_eq!((&buf[..n], from), (&b"to b"[..], a.local_addr().unwrap()));
     /// ```
+    #[track_caller]
     pub fn send_to<A: ToSocketAddrs>(&self, buf: &[u8], addr: A) -> io::Result<usize> {
         let addr = addr
             .to_socket_addrs()?
@@ -99,6 +103,7 @@ impl UdpSocket {
     /// assert_eq!(n, 5);
     /// assert_eq!(from, b.local_addr().unwrap());
     /// ```
+    #[track_caller]
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.core.io(Dir::Read, |s| s.recv_from(buf))
     }
@@ -113,6 +118,7 @@ impl UdpSocket {
     /// let (n, _) = b.peek_from(&mut buf).unwrap();
     /// assert_eq!(b.recv(&mut buf).unwrap(), n); // peeking left it queued
     /// ```
+    #[track_caller]
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.core.io(Dir::Read, |s| s.peek_from(buf))
     }

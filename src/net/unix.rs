@@ -67,6 +67,7 @@ impl UnixListener {
     /// assert_eq!(&buf, b"ok");
     /// std::fs::remove_file(&path).unwrap();
     /// ```
+    #[track_caller]
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let (s, addr) = self.core.io(Dir::Read, |l| l.accept())?;
         Ok((UnixStream::from_std(s)?, addr))
@@ -157,6 +158,7 @@ impl UnixStream {
     /// # drop(listener);
     /// std::fs::remove_file(&path).unwrap();
     /// ```
+    #[track_caller]
     pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
         let s = mio::net::UnixStream::connect(path)?;
         // SAFETY: the fd was just made by mio and is owned by nothing else.

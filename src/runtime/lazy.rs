@@ -35,7 +35,7 @@ use super::worker::{
 };
 
 use crate::runtime::Shared;
-use crate::slot_state::{Pid, Slot};
+use crate::slot_state::{Pid, Slot, WaitKind};
 use crate::wheel::{Action, LazyToken, Timers};
 
 /// `Slot::lazy` states (low two bits; the request's sequence number is above them).
@@ -285,16 +285,17 @@ impl Worker {
 /// without parking, if the deadline has already passed; true otherwise. May return
 /// spuriously: callers re-check their condition and the clock.
 #[inline(always)]
-pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
+#[track_caller]
+pub(crate) fn park_until(deadline: Option<Instant>, kind: WaitKind) -> bool {
     let Some(deadline) = deadline else {
-        park_current();
+        park_current(kind);
         return true;
     };
     let now = Instant::now();
     if now >= deadline {
         return false;
     }
-    if park_timeout(deadline - now).is_none() {
+    if park_timeout(deadline - now, kind).is_none() {
         std::thread::park_timeout(deadline - now);
     }
     true
@@ -308,7 +309,9 @@ pub(crate) fn park_until(deadline: Option<Instant>) -> bool {
 /// on the timer wheel only if the actor is still parked a couple of rounds
 /// later, counting from then, so it never fires early and a prompt wake costs no wheel
 /// traffic and no clock read.
-pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
+#[track_caller]
+pub(crate) fn park_timeout(timeout: Duration, kind: WaitKind) -> Option<LazyEnd> {
+    let wait = kind.at(core::panic::Location::caller());
     // The worker is not used after the switch in `park_current`.
     let (w, index, slot) = running_actor()?;
     // Relaxed: only this actor starts requests on its slot, and it ended the last one itself.
@@ -352,7 +355,7 @@ pub(crate) fn park_timeout(timeout: Duration) -> Option<LazyEnd> {
         }
     }
     let guard = Disarm { shared: w.shared_ptr(), slot, index, seq };
-    let w = park_running(w, slot);
+    let w = park_running(w, slot, wait);
     let end = guard.finish(w);
     std::mem::forget(guard);
     Some(end)
@@ -396,14 +399,15 @@ impl WaitLimit {
     /// passed (the caller takes a last look at its condition and times out); false when
     /// woken, possibly spuriously. Registers the caller's waiter before calling this.
     #[inline(always)]
-    pub(crate) fn park(&mut self) -> bool {
+    #[track_caller]
+    pub(crate) fn park(&mut self, kind: WaitKind) -> bool {
         // The two common cases inline; the rest (and a thread's park) out of line.
         match *self {
             WaitLimit::Forever => {
-                park_current();
+                park_current(kind);
                 false
             }
-            WaitLimit::For(t) if !t.is_zero() => match park_timeout(t) {
+            WaitLimit::For(t) if !t.is_zero() => match park_timeout(t, kind) {
                 Some(LazyEnd::Fired) => true,
                 // Woken first: the next park waits for what is left of the limit.
                 Some(LazyEnd::Woken(Some(deadline))) => {
@@ -414,9 +418,9 @@ impl WaitLimit {
                     *self = WaitLimit::Resumed(t);
                     false
                 }
-                None => self.park_slow(),
+                None => self.park_slow(kind),
             },
-            _ => self.park_slow(),
+            _ => self.park_slow(kind),
         }
     }
 
@@ -424,24 +428,26 @@ impl WaitLimit {
     /// limit reaches here only off an actor: `park` tried the lazy timeout first).
     #[cold]
     #[inline(never)]
-    fn park_slow(&mut self) -> bool {
+    #[track_caller]
+    fn park_slow(&mut self, kind: WaitKind) -> bool {
         match *self {
             WaitLimit::Forever => {
-                park_current();
+                park_current(kind);
                 false
             }
-            WaitLimit::Until(d) => !park_until(Some(d)),
+            WaitLimit::Until(d) => !park_until(Some(d), kind),
             // A zero timeout polls: the limit has passed without parking.
             WaitLimit::For(t) if t.is_zero() => true,
             WaitLimit::For(t) | WaitLimit::Resumed(t) => {
                 *self = WaitLimit::Until(crate::wheel::deadline_after(Instant::now(), t));
-                self.park_slow()
+                self.park_slow(kind)
             }
         }
     }
 }
 
 /// Parks the calling actor for at least `d`; see [`crate::sleep`].
+#[track_caller]
 pub(crate) fn sleep(d: Duration) {
     if current_actor_pid().is_none() {
         std::thread::sleep(d);
@@ -452,7 +458,7 @@ pub(crate) fn sleep(d: Duration) {
         return;
     }
     let deadline = crate::wheel::deadline_after(Instant::now(), d);
-    while park_until(Some(deadline)) {}
+    while park_until(Some(deadline), WaitKind::Sleep) {}
 }
 
 #[cfg(test)]

@@ -87,13 +87,14 @@ use std::time::{Duration, Instant};
 
 use crate::actor::{self, Intent};
 use crate::context::{fp_control_read, fp_control_switch, switch_to_actor, switch_to_scheduler, FpControl};
-use crate::slot_state::{Pid, Slot, UNPINNED};
+use crate::slot_state::{Pid, Slot, WaitKind, UNPINNED};
 use crate::stack::{AltStack, Stack};
 
 use super::blocks::BlockCache;
 use super::cancel::{cancel_reason, check_cancelled};
 use super::hand_off::{complete_hand_off, hand_off_park};
 use super::lazy::{PendingRing, LAZY_ARM_ROUNDS};
+use super::stats::{self, ThreadStats};
 use super::unwind::actor_unwinding;
 use super::{Inbox, Shared};
 use crate::local_queue::LocalQueue;
@@ -185,6 +186,11 @@ pub(crate) struct Worker {
     pub(super) pending_timeouts: PendingRing,
     /// This thread's cache of small blocks (see `blocks`).
     pub(super) blocks: BlockCache,
+    /// `&shared.thread_stats[index]`, looked up once.
+    pub(super) stats: *const ThreadStats,
+    /// `Builder::cpu_time`: the actor whose CPU time runs since `cpu_stamp` (null: none).
+    pub(super) cpu_last: Cell<*const Slot>,
+    pub(super) cpu_stamp: Cell<u64>,
 }
 
 impl Worker {
@@ -300,6 +306,7 @@ impl Worker {
             if let Some(r) = sh.reactor_if_made() {
                 if r.busy_poll_due() {
                     r.poll_now();
+                    stats::bump(&self.stats().polls);
                 }
             }
         }
@@ -339,7 +346,7 @@ impl Worker {
         // Out of queued work: what the network has ready comes before stealing (Go's
         // `findRunnable`). The woken actors land in this thread's wake slot and local queue.
         if let Some(r) = sh.reactor_if_made() {
-            if r.has_waiters() && r.poll_now() > 0 {
+            if r.has_waiters() && self.count_poll(r.poll_now()) > 0 {
                 let slot = self.wake_slot.replace(NONE);
                 if slot != NONE {
                     return Some(slot);
@@ -356,7 +363,36 @@ impl Worker {
     fn steal(&self) -> Option<u32> {
         let locals = &self.shared.locals;
         let n = locals.len();
-        (1..n).find_map(|k| locals[(self.index + k) % n].pop())
+        let found = (1..n).find_map(|k| locals[(self.index + k) % n].pop());
+        if found.is_some() {
+            stats::bump(&self.stats().steals);
+        }
+        found
+    }
+
+    /// This thread's counters.
+    #[inline(always)]
+    pub(crate) fn stats(&self) -> &ThreadStats {
+        // SAFETY: points into `shared.thread_stats`, which lives as long as `shared`.
+        unsafe { &*self.stats }
+    }
+
+    /// `Builder::cpu_time`: charges the CPU time since the last stamp to the actor that ran
+    /// then, and starts the next period for `next` (null: the thread goes idle or the actor
+    /// ends).
+    #[cold]
+    pub(super) fn charge_cpu(&self, next: *const Slot) {
+        let now = crate::context::rdtsc();
+        let last = self.cpu_last.replace(next);
+        if !last.is_null() {
+            // SAFETY: a slot of this runtime's slab (which outlives its workers); `last` is
+            // reset before its actor's slot is freed (`retire`), so it is still that actor's.
+            let probe = unsafe { &(*last).probe };
+            // Relaxed: a report. An RMW, unlike the thread counters: an actor that parked
+            // here and was resumed elsewhere before this thread moved on has two chargers.
+            probe.cpu.fetch_add(now.saturating_sub(self.cpu_stamp.get()), Ordering::Relaxed);
+        }
+        self.cpu_stamp.set(now);
     }
 
     /// Steals one actor from the longest other local queue if it holds at least two more
@@ -528,6 +564,9 @@ impl Worker {
                 let (base, len) = stack.into_raw();
                 (*cell).stack_base = base;
                 (*cell).stack_len = len;
+                // Relaxed: reports for `info` (see `Probe`).
+                slot.probe.stack_base.store(base as u64, Ordering::Relaxed);
+                slot.probe.stack_len.store(len as u64, Ordering::Relaxed);
                 if (*cell).thread_bound {
                     // Relaxed: published to wakers by the Release of the actor's next state
                     // transition, as in `switch_out`.
@@ -536,12 +575,27 @@ impl Worker {
             }
             fp_control_switch(self.live_fp.get(), (*cell).fp);
             self.live_fp.set((*cell).fp);
+            let last = (*cell).assigned_thread;
             (*cell).assigned_thread = self.index;
+            let st = self.stats();
+            stats::bump(&st.resumes);
+            if last != self.index && last != usize::MAX {
+                stats::bump(&st.migrations);
+            }
+        }
+        stats::bump(&slot.probe.resumes);
+        // Relaxed: a report (see `Probe`).
+        slot.probe.thread.store(self.index as u64, Ordering::Relaxed);
+        if self.shared.config.cpu_time {
+            self.charge_cpu(slot);
         }
     }
 
     fn retire(&self, index: u32) {
         let sh = &*self.shared;
+        if sh.config.cpu_time && core::ptr::eq(self.cpu_last.get(), sh.slab.slot(index)) {
+            self.charge_cpu(core::ptr::null());
+        }
         let cell = sh.slab.slot(index).cell.get();
         // SAFETY: the actor finished and switched away for good; its stack and task are ours.
         let was_root = unsafe {
@@ -588,6 +642,7 @@ impl Worker {
         loop {
             let Some(mut poll) = reactor.try_lock_poll() else { return false };
             reactor.wait(&mut poll, Some(Duration::ZERO));
+            stats::bump(&self.stats().polls);
             if reactor.dispatch(&poll) > 0 {
                 return true;
             }
@@ -604,8 +659,18 @@ impl Worker {
         }
     }
 
+    /// Counts a reactor poll; returns `woken`.
+    #[inline(always)]
+    fn count_poll(&self, woken: usize) -> usize {
+        stats::bump(&self.stats().polls);
+        woken
+    }
+
     fn idle_wait(&self) {
         let sh = &*self.shared;
+        if sh.config.cpu_time {
+            self.charge_cpu(core::ptr::null());
+        }
         self.arm_timeouts(true);
         let inbox = self.inbox();
         for _ in 0..IDLE_SPINS {
@@ -636,7 +701,10 @@ impl Worker {
                 let parker = &sh.parkers[self.index];
                 parker.in_poll.enter();
                 if sh.idle.prepare_park(self.index, has_work) {
+                    let t0 = crate::context::rdtsc();
                     reactor.wait(&mut poll, timeout());
+                    self.count_sleep(t0);
+                    stats::bump(&self.stats().polls);
                     sh.idle.clear(self.index);
                     parker.in_poll.leave();
                     // After withdrawing the bit: the wakes below must not claim this thread.
@@ -648,9 +716,18 @@ impl Worker {
             }
         }
         if sh.idle.prepare_park(self.index, has_work) {
+            let t0 = crate::context::rdtsc();
             sh.parkers[self.index].park(timeout());
+            self.count_sleep(t0);
             sh.idle.clear(self.index);
         }
+    }
+
+    /// Counts a sleep that began at TSC `t0`.
+    fn count_sleep(&self, t0: u64) {
+        let st = self.stats();
+        stats::bump(&st.sleeps);
+        stats::add(&st.idle_ticks, crate::context::rdtsc().saturating_sub(t0));
     }
 }
 
@@ -688,6 +765,7 @@ fn scheduler_panicked(index: usize, payload: &(dyn std::any::Any + Send)) -> ! {
 fn run_thread(shared: Arc<Shared>, index: usize) {
     let _alt = AltStack::ensure();
     shared.register_thread(index);
+    let stats: *const ThreadStats = &*shared.thread_stats[index];
     let worker = Worker {
         index,
         inbox: &*shared.inboxes[index],
@@ -708,7 +786,12 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         parked_unwinders: Cell::new(0),
         pending_timeouts: PendingRing::new(),
         blocks: BlockCache::default(),
+        stats,
+        cpu_last: Cell::new(core::ptr::null()),
+        cpu_stamp: Cell::new(0),
     };
+    // Relaxed: a report (see `stats`).
+    worker.stats().started.store(crate::context::rdtsc(), Ordering::Relaxed);
     set_current_worker(&worker);
     let initial_fp = fp_control_read();
     worker.live_fp.set(initial_fp);
@@ -743,6 +826,9 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
     let slot = unsafe { &*(arg as *const Slot) };
     let cell = slot.cell.get();
     let cancelled = cancel_reason(slot);
+    #[cfg(feature = "tracing")]
+    // SAFETY: the running actor's own control block.
+    super::spans::on_start(unsafe { &mut (*cell).spans });
     // SAFETY: we are the running actor; the task reference is the control block's.
     unsafe {
         let task = (*cell).task.expect("smarm: actor started without a task");
@@ -752,6 +838,8 @@ pub(crate) unsafe extern "sysv64" fn actor_entry(arg: *mut u8, resume_value: usi
         // Process exit (names, monitors, links) on our own stack, before the slot is freed.
         // Neither call unwinds: the user Drops they run go through `user_drop::drop_caught`.
         if let Some((shared, pid)) = current_actor_pid() {
+            #[cfg(feature = "tracing")]
+            super::spans::exit_event(pid, &reason);
             ((*shared).hooks.on_exit)(&*shared, pid, &reason);
         }
         // This frame never returns: nothing in it is dropped unless dropped here.
@@ -936,17 +1024,27 @@ pub(crate) fn yield_now() {
         std::thread::yield_now();
         return;
     }
+    #[cfg(feature = "tracing")]
+    if let Some(slot) = w.current_slot() {
+        // SAFETY: the running actor's own control block.
+        super::spans::suspend(unsafe { &mut (*slot.cell.get()).spans });
+    }
     let (slot, _) = switch_out(w, Intent::Yield);
+    #[cfg(feature = "tracing")]
+    // SAFETY: the running actor's own control block.
+    super::spans::resume(unsafe { &mut (*slot.cell.get()).spans });
     check_cancelled(slot);
 }
 
 /// Blocks the calling actor until woken (or the calling thread until unparked). May return
-/// spuriously: callers re-check their condition.
+/// spuriously: callers re-check their condition. `kind` and the caller's location (through
+/// `#[track_caller]` up to the public blocking call) are what introspection reports.
 #[inline(always)]
-pub(crate) fn park_current() {
+#[track_caller]
+pub(crate) fn park_current(kind: WaitKind) {
     match running_actor() {
         Some((w, _, slot)) => {
-            park_running(w, slot);
+            park_running(w, slot, kind.at(core::panic::Location::caller()));
         }
         None => std::thread::park(),
     }
@@ -955,12 +1053,18 @@ pub(crate) fn park_current() {
 /// Parks the running actor `slot` of worker `w` (see [`park_current`]); returns the worker
 /// of the thread it was resumed on.
 #[inline(always)]
-pub(super) fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
+pub(super) fn park_running(w: &Worker, slot: &'static Slot, wait: u64) -> &'static Worker {
+    // Relaxed: a report for `info` (see `Probe`); the actor's own field.
+    slot.probe.wait.store(wait, Ordering::Relaxed);
+    stats::bump(&w.stats().parks);
     // An actor being shut down while it unwinds must not block on something that may never
     // come; it yields instead and its caller's loop re-checks.
     // Acquire: pairs with the Release store of a stop request (`stop_all`, `request_stop`),
     // as in `check_cancelled`.
     let cancelled = slot.cancel.is_set(Ordering::Acquire);
+    #[cfg(feature = "tracing")]
+    // SAFETY: the running actor's own control block.
+    super::spans::suspend(unsafe { &mut (*slot.cell.get()).spans });
     let (slot, w) = if cancelled && actor_unwinding(slot) {
         switch_out(w, Intent::Yield)
     } else {
@@ -976,6 +1080,9 @@ pub(super) fn park_running(w: &Worker, slot: &'static Slot) -> &'static Worker {
             None => switch_out(w, Intent::Park),
         }
     };
+    #[cfg(feature = "tracing")]
+    // SAFETY: the running actor's own control block.
+    super::spans::resume(unsafe { &mut (*slot.cell.get()).spans });
     check_cancelled(slot);
     w
 }

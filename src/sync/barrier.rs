@@ -5,6 +5,7 @@
 //! assert!(b.wait().is_leader());
 //! ```
 
+use crate::slot_state::WaitKind;
 use std::fmt;
 
 use crate::raw_mutex::{Rank, RawMutex};
@@ -91,6 +92,7 @@ impl Barrier {
     ///     // Reusable: the next generation starts at once.
     /// });
     /// ```
+    #[track_caller]
     pub fn wait(&self) -> BarrierWaitResult {
         let mut s = self.state.lock();
         s.arrived += 1;
@@ -107,7 +109,7 @@ impl Barrier {
         drop(s);
         let mut guard = Leave { barrier: self, generation, released: false };
         loop {
-            park_until(None);
+            park_until(None, WaitKind::Barrier);
             if self.state.lock().generation != generation {
                 guard.released = true;
                 return BarrierWaitResult(false);

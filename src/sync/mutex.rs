@@ -19,6 +19,7 @@
 //! (no starvation). The cost is that the lock stays held until the new owner runs; that is
 //! the usual price of fairness and only paid under contention.
 
+use crate::slot_state::WaitKind;
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
 use std::collections::VecDeque;
@@ -117,6 +118,7 @@ impl<T: ?Sized> Mutex<T> {
     /// });
     /// ```
     #[inline]
+    #[track_caller]
     pub fn lock(&self) -> MutexGuard<'_, T> {
         // Acquire: pairs with the Release in `unlock`.
         if self.state.compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_err() {
@@ -154,6 +156,7 @@ impl<T: ?Sized> Mutex<T> {
     }
 
     #[cold]
+    #[track_caller]
     fn lock_slow(&self) {
         let mut list = self.waiters.lock();
         // Announce waiters before the last attempt, so an unlock that races with us either
@@ -174,7 +177,7 @@ impl<T: ?Sized> Mutex<T> {
         drop(list);
         let mut guard = Dequeue { mutex: self, ticket, owned: false };
         loop {
-            park_until(None);
+            park_until(None, WaitKind::Mutex);
             let mut list = self.waiters.lock();
             if list.granted == Some(ticket) {
                 list.granted = None;

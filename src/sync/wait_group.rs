@@ -13,6 +13,7 @@
 //! takes the count to zero wakes every waiter under it, and a waiter checks the count under
 //! it before parking, so no wake-up is lost.
 
+use crate::slot_state::WaitKind;
 use std::fmt;
 use std::sync::Arc;
 
@@ -148,6 +149,7 @@ impl WaitGroup {
     /// let wg = smarm::sync::WaitGroup::new();
     /// wg.wait(); // zero: returns at once
     /// ```
+    #[track_caller]
     pub fn wait(&self) {
         loop {
             let mut s = self.inner.lock();
@@ -157,7 +159,7 @@ impl WaitGroup {
             s.waiters.push(Waiter::current());
             drop(s);
             let guard = Deregister(self);
-            park_until(None);
+            park_until(None, WaitKind::Barrier);
             drop(guard);
         }
     }
