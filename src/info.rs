@@ -53,11 +53,8 @@ use crate::slot_state::{Pid, Slot};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProcessState {
-    /// Running on scheduler thread `thread` (the one it was last resumed on).
-    Running {
-        /// The scheduler thread's index.
-        thread: usize,
-    },
+    /// Running on a scheduler thread.
+    Running,
     /// Ready to run, waiting for a thread.
     Runnable,
     /// Parked on `kind`, in the blocking call at `at`.
@@ -143,8 +140,6 @@ pub struct SchedulerInfo {
     pub uptime: Duration,
     /// Time it spent asleep for lack of work (in a futex wait or in `epoll_wait`).
     pub idle: Duration,
-    /// Actors it resumed.
-    pub resumes: u64,
     /// Resumes of actors that last ran on another thread.
     pub migrations: u64,
     /// Actors that parked on it.
@@ -278,7 +273,6 @@ pub(crate) fn schedulers_in(sh: &Shared) -> Vec<SchedulerInfo> {
                     ticks_to_duration(now.saturating_sub(started), per_ns)
                 },
                 idle: ticks_to_duration(stats::get(&st.idle_ticks), per_ns),
-                resumes: stats::get(&st.resumes),
                 migrations: stats::get(&st.migrations),
                 parks: stats::get(&st.parks),
                 wakes: stats::get(&st.wakes),
@@ -317,7 +311,7 @@ fn report(sh: &Shared, slot: &Slot, index: u32, want: Option<u32>) -> Option<Pro
         return None; // reused meanwhile
     }
     let state = match st {
-        RUNNING => ProcessState::Running { thread: running_thread(sh, index) },
+        RUNNING => ProcessState::Running,
         QUEUED => ProcessState::Runnable,
         PARKED => match WaitKind::unpack(wait) {
             Some((kind, at)) => ProcessState::Parked { kind, at },
@@ -355,12 +349,6 @@ fn report(sh: &Shared, slot: &Slot, index: u32, want: Option<u32>) -> Option<Pro
         closure_type: (type_name != 0)
             .then(|| unsafe { std::mem::transmute::<usize, fn() -> &'static str>(type_name as usize) }()),
     })
-}
-
-/// The thread that resumed actor `index` last (the one running it, if it runs).
-fn running_thread(sh: &Shared, index: u32) -> usize {
-    // Relaxed: a report (see `Probe`).
-    sh.slab.slot(index).probe.thread.load(Ordering::Relaxed) as usize
 }
 
 /// `(resident pages, usable bytes)` of a stack mapped at `base` for `len` bytes (guard
@@ -419,7 +407,7 @@ pub(crate) fn dump_in(sh: &Shared, w: &mut dyn Write) -> io::Result<()> {
     let mut groups: Vec<(Group, Vec<&ProcessInfo>)> = Vec::new();
     for p in &procs {
         let g = match p.state {
-            ProcessState::Running { .. } => Group::Running,
+            ProcessState::Running => Group::Running,
             ProcessState::Runnable => Group::Runnable,
             ProcessState::Parked { kind, at } => Group::Parked(kind, at.file(), at.line(), at.column()),
             ProcessState::Exiting => Group::Exiting,
@@ -437,9 +425,6 @@ pub(crate) fn dump_in(sh: &Shared, w: &mut dyn Write) -> io::Result<()> {
             write!(w, "  {}", p.pid)?;
             if let Some(n) = &p.name {
                 write!(w, " {n:?}")?;
-            }
-            if let ProcessState::Running { thread } = p.state {
-                write!(w, " on thread {thread}")?;
             }
             if let Some(len) = p.mailbox_len {
                 write!(w, " mailbox={len}")?;
@@ -464,11 +449,10 @@ pub(crate) fn dump_in(sh: &Shared, w: &mut dyn Write) -> io::Result<()> {
     for s in schedulers_in(sh) {
         writeln!(
             w,
-            "thread {}: busy {:?} idle {:?} resumes={} parks={} wakes={} steals={} migrations={} polls={} sleeps={}",
+            "thread {}: busy {:?} idle {:?} parks={} wakes={} steals={} migrations={} polls={} sleeps={}",
             s.index,
             s.busy(),
             s.idle,
-            s.resumes,
             s.parks,
             s.wakes,
             s.steals,

@@ -277,12 +277,10 @@ pub(crate) struct Slot {
 #[derive(Default)]
 pub(crate) struct Probe {
     /// Where the actor last parked: [`WaitKind`] in the top byte, the `&'static
-    /// Location` of the blocking call (user-space addresses fit in 56 bits) below. 0: never.
+    /// Location` of the blocking call (user-space addresses are below 2^47) below. 0: never.
     pub(crate) wait: AtomicU64,
     /// Times the actor was resumed (first run included; Erlang's reductions, roughly).
     pub(crate) resumes: AtomicU64,
-    /// The scheduler thread that resumed it last.
-    pub(crate) thread: AtomicU64,
     /// TSC ticks the actor ran, when the runtime counts CPU time (`Builder::cpu_time`).
     pub(crate) cpu: AtomicU64,
     /// `&'static Location` of the spawn call.
@@ -357,7 +355,8 @@ impl WaitKind {
     /// The packed [`Probe::wait`] word for a park of this kind at `site`.
     #[inline(always)]
     pub(crate) fn at(self, site: &'static core::panic::Location<'static>) -> u64 {
-        ((self as u64) << 56) | (site as *const _ as u64 & ((1 << 56) - 1))
+        // No mask: x86_64 Linux user-space addresses are below 2^47, so the top byte is 0.
+        ((self as u64) << 56) | site as *const _ as u64
     }
 
     /// Unpacks a [`Probe::wait`] word.

@@ -165,7 +165,7 @@ fn process_facts_and_scheduler_counters() {
             assert!(info::registered().contains(&("worker".to_string(), pid)));
             assert!(info::processes().iter().any(|q| q.pid == pid));
             let mine = info::process_info(me).unwrap();
-            assert!(matches!(mine.state, ProcessState::Running { .. }), "{:?}", mine.state);
+            assert!(matches!(mine.state, ProcessState::Running), "{:?}", mine.state);
 
             // Fifty actors that each park once and are woken by the root.
             let waiters: Vec<_> = (0..50)
@@ -184,10 +184,8 @@ fn process_facts_and_scheduler_counters() {
             tx.send(()).unwrap();
             let s = info::schedulers();
             assert_eq!(s.len(), 2);
-            let resumes: u64 = s.iter().map(|t| t.resumes).sum();
             let parks: u64 = s.iter().map(|t| t.parks).sum();
             let wakes: u64 = s.iter().map(|t| t.wakes).sum();
-            assert!(resumes >= 100, "{s:?}");
             assert!(parks >= 50 && wakes >= 50, "{s:?}");
             assert!(s.iter().all(|t| t.uptime >= t.idle), "{s:?}");
             let down = smarm::recv_signal();

@@ -408,17 +408,25 @@ impl<T> Sender<T> {
                 }
                 Err(TrySendError::Full(v)) => value = v,
             }
-            // Full: register, re-check under the lock, park.
-            let mut s = self.chan.state.lock();
-            if s.queue.len() < s.cap || !s.receiver_alive {
-                continue;
-            }
-            s.senders_waiting.push_back(Waiter::current());
-            drop(s);
-            let guard = DeregisterSender(&self.chan);
-            park_until(None, WaitKind::Channel);
-            drop(guard);
+            self.wait_for_room();
         }
+    }
+
+    /// [`send`](Self::send) found the channel full: registers, re-checks under the lock and
+    /// parks. Out of line, so the common path carries neither the park nor its report.
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    fn wait_for_room(&self) {
+        let mut s = self.chan.state.lock();
+        if s.queue.len() < s.cap || !s.receiver_alive {
+            return;
+        }
+        s.senders_waiting.push_back(Waiter::current());
+        drop(s);
+        let guard = DeregisterSender(&self.chan);
+        park_until(None, WaitKind::Channel);
+        drop(guard);
     }
 
     /// Sends without blocking; a full bounded channel or a gone receiver hands the value back.

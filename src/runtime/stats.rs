@@ -17,8 +17,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// One scheduler thread's counters (see the module doc).
 #[derive(Default)]
 pub(crate) struct ThreadStats {
-    /// Actors resumed (first runs included).
-    pub(crate) resumes: AtomicU64,
     /// Resumes of an actor that last ran on another thread.
     pub(crate) migrations: AtomicU64,
     /// Actors that parked on this thread.

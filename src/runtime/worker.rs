@@ -188,6 +188,8 @@ pub(crate) struct Worker {
     pub(super) blocks: BlockCache,
     /// `&shared.thread_stats[index]`, looked up once.
     pub(super) stats: *const ThreadStats,
+    /// `Builder::cpu_time`, copied here from the configuration (read at every resume).
+    pub(super) cpu_time: bool,
     /// `Builder::cpu_time`: the actor whose CPU time runs since `cpu_stamp` (null: none).
     pub(super) cpu_last: Cell<*const Slot>,
     pub(super) cpu_stamp: Cell<u64>,
@@ -577,16 +579,12 @@ impl Worker {
             self.live_fp.set((*cell).fp);
             let last = (*cell).assigned_thread;
             (*cell).assigned_thread = self.index;
-            let st = self.stats();
-            stats::bump(&st.resumes);
             if last != self.index && last != usize::MAX {
-                stats::bump(&st.migrations);
+                stats::bump(&self.stats().migrations);
             }
         }
         stats::bump(&slot.probe.resumes);
-        // Relaxed: a report (see `Probe`).
-        slot.probe.thread.store(self.index as u64, Ordering::Relaxed);
-        if self.shared.config.cpu_time {
+        if self.cpu_time {
             self.charge_cpu(slot);
         }
     }
@@ -766,6 +764,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
     let _alt = AltStack::ensure();
     shared.register_thread(index);
     let stats: *const ThreadStats = &*shared.thread_stats[index];
+    let cpu_time = shared.config.cpu_time;
     let worker = Worker {
         index,
         inbox: &*shared.inboxes[index],
@@ -787,6 +786,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         pending_timeouts: PendingRing::new(),
         blocks: BlockCache::default(),
         stats,
+        cpu_time,
         cpu_last: Cell::new(core::ptr::null()),
         cpu_stamp: Cell::new(0),
     };
