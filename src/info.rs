@@ -464,6 +464,85 @@ pub(crate) fn dump_in(sh: &Shared, w: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes the scheduler threads' recent events (feature `smarm-trace`: spawn, resume, park
+/// with its reason, wake with the waker, migration, exit, panic, I/O readiness, cluster
+/// frames) as Chrome trace-event JSON to `path`: open it in <https://ui.perfetto.dev> or
+/// `chrome://tracing`. Each thread keeps its newest 65,536 events; an actor's run is a
+/// slice named after it (its registered name, if any), on the thread that ran it.
+///
+/// # Errors
+/// If the file cannot be written.
+///
+/// # Panics
+/// Outside an actor.
+#[cfg(feature = "smarm-trace")]
+pub fn write_trace(path: impl AsRef<std::path::Path>) -> io::Result<()> {
+    let sh = current();
+    let mut out = Vec::new();
+    write_trace_in(sh, &mut out)?;
+    // The file is written by a blocking-pool thread: a slow disk must not hold a scheduler.
+    let path = path.as_ref().to_path_buf();
+    crate::offload::spawn_blocking(move || std::fs::write(path, out))
+        .join()
+        .map_err(|e| io::Error::other(format!("the writer thread failed: {e:?}")))?
+}
+
+#[cfg(feature = "smarm-trace")]
+pub(crate) fn write_trace_in(sh: &Shared, out: &mut Vec<u8>) -> io::Result<()> {
+    use crate::trace_ring::{write_chrome_json, Record};
+    let threads: Vec<(usize, Vec<Record>)> = sh
+        .trace_rings
+        .iter()
+        .enumerate()
+        .map(|(i, ring)| {
+            let mut v = Vec::new();
+            ring.snapshot(&mut v);
+            spread_shared_timestamps(&mut v);
+            (i, v)
+        })
+        .collect();
+    let names: std::collections::HashMap<u64, String> = registered_in(sh)
+        .into_iter()
+        .map(|(n, p)| ((u64::from(p.index()) << 32) | u64::from(p.generation()), n))
+        .collect();
+    let describe = |r: &Record| -> Option<String> {
+        if r.pid == 0 {
+            return None;
+        }
+        let pid = sh.slab.pid((r.pid >> 32) as u32, r.pid as u32);
+        Some(match names.get(&r.pid) {
+            Some(n) => format!("{pid} {n}"),
+            None => pid.to_string(),
+        })
+    };
+    write_chrome_json(out, &threads, ticks_per_ns(sh) * 1000.0, &describe)
+}
+
+/// Events recorded between two clock readings share the first one (`Worker::trace`): give
+/// each run of equal timestamps even steps up to the next reading, at most
+/// `MAX_STEP` ticks apart (a run followed by a sleep does not stretch over the sleep).
+#[cfg(feature = "smarm-trace")]
+fn spread_shared_timestamps(v: &mut [crate::trace_ring::Record]) {
+    const MAX_STEP: u64 = 256;
+    let mut i = 0;
+    while i < v.len() {
+        let t = v[i].tsc;
+        let mut j = i + 1;
+        while j < v.len() && v[j].tsc == t {
+            j += 1;
+        }
+        let run = (j - i) as u64;
+        if run > 1 {
+            let room = if j < v.len() { v[j].tsc.saturating_sub(t) } else { run * MAX_STEP };
+            let step = (room / run).clamp(0, MAX_STEP);
+            for (k, r) in v[i..j].iter_mut().enumerate() {
+                r.tsc = t + k as u64 * step;
+            }
+        }
+        i = j;
+    }
+}
+
 /// Which signal [`dump_on_signal`] answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DumpSignal {

@@ -89,8 +89,6 @@ mod groups;
 mod hand;
 #[cfg(not(loom))]
 pub mod info;
-#[cfg(all(feature = "observer", not(loom)))]
-pub mod observer;
 #[cfg(not(loom))]
 mod io;
 mod local_queue;
@@ -99,6 +97,8 @@ mod loom_shim;
 mod mailbox;
 #[cfg(not(loom))]
 pub mod net;
+#[cfg(all(feature = "observer", not(loom)))]
+pub mod observer;
 #[cfg(not(loom))]
 mod offload;
 #[cfg(not(loom))]
@@ -147,6 +147,9 @@ pub mod sync;
 mod task;
 #[cfg(not(loom))]
 pub mod timer;
+#[cfg(any(feature = "smarm-trace", loom))]
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) mod trace_ring;
 #[cfg(not(loom))]
 mod wheel;
 #[cfg(not(loom))]

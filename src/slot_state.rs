@@ -295,7 +295,7 @@ pub(crate) struct Probe {
     pub(crate) stack_len: AtomicU64,
 }
 
-/// What a parked actor waits for (see [`Probe::wait`]).
+/// What a parked actor waits for (`smarm::info` reports it for each parked actor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 #[non_exhaustive]

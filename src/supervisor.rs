@@ -1529,6 +1529,7 @@ impl SupervisorRef {
     }
 
     /// Sends a request and waits for the answer (see the module doc, "Requests").
+    #[track_caller]
     fn request<T: Send + 'static>(&self, make: impl FnOnce(Reply<T>) -> SupMsg) -> Result<T, SupervisorError> {
         if crate::task::try_current_pid() == Some(self.pid()) {
             return Err(SupervisorError::CallingSelf);
@@ -1819,5 +1820,104 @@ impl<A: Clone + Send + 'static> SimpleSupervisorRef<A> {
     /// ```
     pub fn stop(&self) -> Result<(), SupervisorError> {
         self.sup.stop()
+    }
+}
+
+// --- supervision tree (introspection) ---
+
+/// One node of a supervision tree, as [`tree`] reports it: a supervisor with its children,
+/// or a worker (a leaf).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SupTree {
+    /// The process; `None` for a child that is not running ([`ChildState::Restarting`] or
+    /// [`ChildState::Undefined`]).
+    pub pid: Option<Pid>,
+    /// The child's spec id in its supervisor; `None` for the tree's root.
+    pub id: Option<String>,
+    /// The process's registered name, if any (looked up in the caller's runtime; none from a
+    /// plain thread).
+    pub name: Option<String>,
+    /// The child's state in its supervisor; `Running` for the root.
+    pub state: ChildState,
+    /// Worker or supervisor; `Supervisor` for the root.
+    pub child_type: ChildType,
+    /// The children, in start order: a running supervisor's own [`which_children`], each
+    /// expanded the same way. Empty for a worker, and for a nested supervisor that ended
+    /// while the tree was taken (its `state` still says what its parent last reported).
+    ///
+    /// [`which_children`]: SupervisorRef::which_children
+    pub children: Vec<SupTree>,
+}
+
+/// Nesting below which [`tree`] stops expanding (a guard: supervision trees are acyclic, and
+/// no real one is this deep).
+const TREE_MAX_DEPTH: usize = 64;
+
+/// The supervision tree under the supervisor `pid`: its children and, recursively, those of
+/// its nested supervisors (OTP observer's application view, from `which_children`). A
+/// snapshot: each supervisor is asked in turn, so the tree is consistent per supervisor, not
+/// across them. Works from an actor or a plain thread, as the requests it makes do.
+///
+/// Errors: [`SupervisorError::NoProc`] if `pid` is not a running supervisor (an actor of
+/// another kind is told apart by its mailbox type at once, without a request);
+/// [`SupervisorError::CallingSelf`] from the supervisor itself.
+///
+/// ```
+/// use smarm::supervisor::{self, ChildSpec, ChildType, Strategy, SupFlags};
+/// smarm::run(|| {
+///     let leaf = || ChildSpec::worker("w", || Ok(smarm::spawn_link(|| loop { smarm::recv_signal(); }).pid()));
+///     let inner = ChildSpec::supervisor("inner", move || {
+///         let sup = supervisor::start_link(SupFlags::new(Strategy::OneForOne), vec![leaf()])
+///             .map_err(|e| smarm::DownReason::Custom(e.to_string()))?;
+///         Ok(sup.pid())
+///     });
+///     let flags = SupFlags::new(Strategy::OneForOne).named("top");
+///     let sup = supervisor::start_link(flags, vec![inner]).unwrap();
+///     let t = supervisor::tree(sup.pid()).unwrap();
+///     assert_eq!(t.name.as_deref(), Some("top"));
+///     assert_eq!(t.children[0].id.as_deref(), Some("inner"));
+///     assert_eq!(t.children[0].child_type, ChildType::Supervisor);
+///     assert_eq!(t.children[0].children[0].id.as_deref(), Some("w"));
+///     // Not a supervisor: refused without a request.
+///     assert!(supervisor::tree(smarm::current_pid()).is_err());
+/// });
+/// ```
+pub fn tree(pid: Pid) -> Result<SupTree, SupervisorError> {
+    let sup = SupervisorRef::from_pid(pid).map_err(|_| SupervisorError::NoProc)?;
+    let names: HashMap<Pid, String> = crate::registry::registered()
+        .into_iter()
+        .filter_map(|n| crate::registry::whereis(&n).map(|p| (p, n)))
+        .collect();
+    let children = sup.which_children()?;
+    Ok(SupTree {
+        pid: Some(pid),
+        id: None,
+        name: names.get(&pid).cloned(),
+        state: ChildState::Running(pid),
+        child_type: ChildType::Supervisor,
+        children: children.into_iter().map(|c| subtree(c, &names, 1)).collect(),
+    })
+}
+
+/// The node for child `c` at nesting `depth`, its own children expanded if it is a running
+/// supervisor that still answers.
+fn subtree(c: ChildInfo, names: &HashMap<Pid, String>, depth: usize) -> SupTree {
+    let pid = c.pid();
+    let children = match (c.child_type, pid) {
+        (ChildType::Supervisor, Some(p)) if depth < TREE_MAX_DEPTH => SupervisorRef::from_pid(p)
+            .ok()
+            .and_then(|s| s.which_children().ok())
+            .map(|list| list.into_iter().map(|c| subtree(c, names, depth + 1)).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    SupTree {
+        pid,
+        name: pid.and_then(|p| names.get(&p).cloned()),
+        id: Some(c.id),
+        state: c.state,
+        child_type: c.child_type,
+        children,
     }
 }

@@ -886,6 +886,8 @@ fn read_loop(sh: &Arc<NodeShared>, conn: &Arc<Conn>, r: Box<dyn Read + Send>) ->
             body.resize(start + (len - start).min(64 << 10), 0);
             r.read_exact(&mut body[start..]).map_err(|e| format!("truncated frame: {e}"))?;
         }
+        #[cfg(feature = "smarm-trace")]
+        crate::runtime::trace_event(crate::trace_ring::EventKind::FrameIn, len as u64);
         if let Err(e) = dispatch(sh, conn, &body) {
             conn.close("bad frame");
             return Err(e);
@@ -917,6 +919,8 @@ fn writer(conn: Arc<Conn>, mut s: Box<dyn Write + Send>, kick: Receiver<()>) {
             conn.close("write failed");
             return;
         }
+        #[cfg(feature = "smarm-trace")]
+        crate::runtime::trace_event(crate::trace_ring::EventKind::FrameOut, spare.len() as u64);
         // Relaxed: see `Conn::tick`.
         conn.wrote.store(true, Ordering::Relaxed);
         spare.clear();

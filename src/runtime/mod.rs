@@ -677,6 +677,40 @@ impl Runtime {
     }
 }
 
+/// Records per scheduler thread in its event ring (feature `smarm-trace`): 32 bytes each, so
+/// 2 MiB per thread; the newest overwrite the oldest.
+#[cfg(feature = "smarm-trace")]
+pub(crate) const TRACE_RECORDS_PER_THREAD: usize = 1 << 16;
+
+/// A spawn's trace event, on the spawning thread's ring if it is a scheduler thread of this
+/// runtime (a spawn from outside is not traced).
+#[cfg(feature = "smarm-trace")]
+fn trace_spawn(sh: &Shared, pid: Pid) {
+    let w = current_worker();
+    if w.is_null() {
+        return;
+    }
+    // SAFETY: this thread's live worker, used before any switch.
+    let w = unsafe { &*w };
+    if core::ptr::eq(w.shared_ptr(), sh) {
+        let parent = w.current_pid().map_or(0, worker::pack);
+        w.trace(crate::trace_ring::EventKind::Spawn, worker::pack(pid), parent);
+    }
+}
+
+/// Records an event on the calling scheduler thread's ring (feature `smarm-trace`; nothing
+/// off a scheduler thread). For the layers above (cluster frames).
+#[cfg(all(feature = "smarm-trace", feature = "cluster"))]
+pub(crate) fn trace_event(kind: crate::trace_ring::EventKind, arg: u64) {
+    let w = current_worker();
+    if w.is_null() {
+        return;
+    }
+    // SAFETY: this thread's live worker, used before any switch.
+    let w = unsafe { &*w };
+    w.trace(kind, w.current_pid().map_or(0, worker::pack), arg);
+}
+
 /// Per-spawn settings of [`Shared::spawn_custom`]: the runtime's defaults on every spawn
 /// path but `SpawnOptions`.
 #[derive(Clone, Copy, Debug)]
@@ -756,6 +790,10 @@ pub(crate) struct Shared {
     unparks: Box<[AtomicUsize]>,
     /// Per thread: its counters for introspection (see `stats`).
     pub(crate) thread_stats: Box<[CachePadded<stats::ThreadStats>]>,
+    /// Per thread: its event ring (feature `smarm-trace`); the thread writes through the
+    /// `TraceWriter` it claims at start, `info::write_trace` reads them all.
+    #[cfg(feature = "smarm-trace")]
+    pub(crate) trace_rings: Box<[Arc<crate::trace_ring::TraceRing>]>,
     /// The clock and the TSC when the runtime was made: `info` converts TSC ticks to time
     /// with their rates since.
     pub(crate) born: (std::time::Instant, u64),
@@ -797,6 +835,10 @@ impl Shared {
             unparks: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
             thread_stats: (0..config.threads).map(|_| CachePadded(stats::ThreadStats::default())).collect(),
             born: (std::time::Instant::now(), crate::context::rdtsc()),
+            #[cfg(feature = "smarm-trace")]
+            trace_rings: (0..config.threads)
+                .map(|_| Arc::new(crate::trace_ring::TraceRing::new(TRACE_RECORDS_PER_THREAD)))
+                .collect(),
             inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
             timers: Timers::new(),
             graveyard: Default::default(),
@@ -992,6 +1034,8 @@ impl Shared {
         }
         #[cfg(feature = "tracing")]
         spans::spawn_event(pid, core::panic::Location::caller());
+        #[cfg(feature = "smarm-trace")]
+        trace_spawn(self, pid);
         self.push_spawned(index);
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
                          // A kill that reached the child since it was published stays a kill.
@@ -1094,6 +1138,12 @@ impl Shared {
             let w = unsafe { &*w };
             if core::ptr::eq(w.shared_ptr(), self) {
                 stats::bump(&w.stats().wakes);
+                #[cfg(feature = "smarm-trace")]
+                w.trace(
+                    crate::trace_ring::EventKind::Wake,
+                    worker::packed_pid(slot, index),
+                    w.current_slot().map_or(0, |s| worker::packed_pid(s, w.current.get())),
+                );
                 if let Some(displaced) = w.put_in_wake_slot(index) {
                     // Not woken: this thread is awake and reaches its local queue itself
                     // (after `lifo_run_limit` slot runs at the latest); a sleeper is nudged
