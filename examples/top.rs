@@ -220,5 +220,22 @@ fn render(prev: &Sample, now: &Sample, top: usize) -> String {
             p.cpu_time.map_or("-".to_string(), |c| format!("{:.1?}", c)),
         );
     }
+    // Profiled sites (`smarm::profile::site`), busiest first.
+    let sites = smarm::profile::sites();
+    if !sites.is_empty() {
+        let _ = writeln!(f, "\n{:<24} {:>10} {:>12} {:>12} {:>12}", "SITE", "COUNT", "TOTAL", "RUNNING", "PARKED");
+        for s in sites.iter().take(8) {
+            let d = |v: Option<std::time::Duration>| v.map_or("-".to_string(), |d| format!("{d:.1?}"));
+            let _ = writeln!(
+                f,
+                "{} {:>10} {:>12} {:>12} {:>12}",
+                fit(s.name, 24),
+                s.count,
+                format!("{:.1?}", s.total),
+                d(s.running),
+                d(s.parked)
+            );
+        }
+    }
     f
 }

@@ -445,6 +445,17 @@ pub(crate) fn dump_in(sh: &Shared, w: &mut dyn Write) -> io::Result<()> {
             writeln!(w)?;
         }
     }
+    let sites = crate::profile::sites();
+    if !sites.is_empty() {
+        writeln!(w, "\nprofiled sites (own time, nested sites excluded):")?;
+        for s in sites {
+            write!(w, "  {:?} count={} total={:?}", s.name, s.count, s.total)?;
+            if let (Some(r), Some(p)) = (s.running, s.parked) {
+                write!(w, " running={r:?} parked={p:?}")?;
+            }
+            writeln!(w)?;
+        }
+    }
     writeln!(w)?;
     for s in schedulers_in(sh) {
         writeln!(

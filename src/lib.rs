@@ -108,6 +108,8 @@ mod preempt;
 #[cfg(not(loom))]
 mod process;
 #[cfg(not(loom))]
+pub mod profile;
+#[cfg(not(loom))]
 mod raw_mutex;
 #[cfg(not(loom))]
 mod receive;

@@ -61,6 +61,7 @@ const LAYERS: &[(&str, u8)] = &[
     // 5 reach
     ("cluster", 5),
     ("info", 5),
+    ("profile", 3),
     ("observer", 5),
 ];
 

@@ -549,6 +549,12 @@ fn schedulers_registered_pg_nodes_and_config_have_their_fields() {
             let pg = get(addr, "/api/pg").json();
             let g = pg.arr().iter().find(|g| g.get("group").str() == "observer_pg").expect("group listed");
             assert_eq!(g.get("members").strs(), [pid.to_string()]);
+            {
+                let _s = smarm::profile::site("observer_test_site");
+            }
+            let sites = get(addr, "/api/sites").json();
+            let site = sites.arr().iter().find(|s| s.get("name").str() == "observer_test_site").expect("site listed");
+            assert_eq!(site.get("count").num(), 1.0);
             let nodes = get(addr, "/api/nodes").json();
             assert_eq!(nodes.get("node"), &J::Null);
             assert!(nodes.get("nodes").arr().is_empty());

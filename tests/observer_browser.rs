@@ -115,6 +115,8 @@ fn the_page_shows_the_demo_system_in_headless_chromium() {
         assert!(app_at < db_sup_at && db_sup_at < db_pool_at, "tree order");
         // The pg groups.
         assert!(dom.contains("data-group=\"web_handlers\""), "pg groups missing");
+        // The profiled sites of the demo's client and cruncher.
+        assert!(dom.contains("data-site=\"client_request\""), "profiled sites missing");
 
         let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
         assert!(size > 10 * 1024, "screenshot {} is {size} bytes", shot.display());

@@ -98,11 +98,15 @@ pub fn start() -> SupervisorRef {
     let client = smarm::spawn(|| {
         let mut n = 0u64;
         loop {
-            for name in ["cache", "db_pool", "web", "cache"] {
-                if let Some(s) = gen_server::named::<Service>(name) {
-                    n = s.call(n).unwrap_or(n);
+            {
+                let _request = smarm::profile::site("client_request");
+                for name in ["cache", "db_pool", "web", "cache"] {
+                    if let Some(s) = gen_server::named::<Service>(name) {
+                        n = s.call(n).unwrap_or(n);
+                    }
                 }
             }
+            let _pause = smarm::profile::site("client_pause");
             smarm::sleep(Duration::from_millis(20));
         }
     });
@@ -145,6 +149,7 @@ pub fn start() -> SupervisorRef {
     let cruncher = smarm::spawn(|| {
         let mut x = 1u64;
         loop {
+            let _crunch = smarm::profile::site("crunch");
             let until = std::time::Instant::now() + Duration::from_millis(3);
             while std::time::Instant::now() < until {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

@@ -93,6 +93,7 @@ pub(super) fn route(req: &Request<'_>, allow_kill: bool) -> Reply {
         "/api/pg" => get(pg),
         "/api/tree" => get(tree),
         "/api/nodes" => get(nodes),
+        "/api/sites" => get(sites),
         path => {
             if let Some(pid) = path.strip_prefix("/api/process/") {
                 only(req, Method::Get).unwrap_or_else(|| process(pid))
@@ -206,6 +207,21 @@ fn schedulers() -> String {
         o.num("busy_us", t.busy().as_micros() as u64).num("idle_us", t.idle.as_micros() as u64);
         o.num("migrations", t.migrations).num("parks", t.parks).num("wakes", t.wakes);
         o.num("steals", t.steals).num("polls", t.polls).num("sleeps", t.sleeps);
+        o.end();
+    }
+    a.end();
+    s
+}
+
+/// `profile::site` figures: [{name, count, total_us, running_us, parked_us}].
+fn sites() -> String {
+    let mut s = String::new();
+    let mut a = Arr::new(&mut s);
+    for t in crate::profile::sites() {
+        let mut o = Obj::new(a.item());
+        o.str("name", t.name).num("count", t.count).num("total_us", t.total.as_micros() as u64);
+        o.opt_num("running_us", t.running.map(|d| d.as_micros() as u64));
+        o.opt_num("parked_us", t.parked.map(|d| d.as_micros() as u64));
         o.end();
     }
     a.end();

@@ -80,7 +80,9 @@ pub(crate) use lazy::{park_until, sleep, WaitLimit};
 use lifecycle::Lifecycle;
 pub use unwind::ActorPanic;
 pub(crate) use unwind::{mark_current_unwinding, set_current_exit_override, take_current_exit_override};
-pub(crate) use worker::{current_actor_pid as current_shared, current_actor_slot, current_worker, park_current};
+pub(crate) use worker::{
+    current_actor_pid as current_shared, current_actor_slot, current_cpu_ticks, current_worker, park_current,
+};
 
 /// Smallest stack an actor can start, panic, print and unwind on.
 pub const MIN_STACK_SIZE: usize = 32 * 1024;

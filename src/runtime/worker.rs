@@ -1213,3 +1213,17 @@ fn trace_exit(pid: Pid, reason: &crate::exit::DownReason) {
     };
     w.trace(kind, pack(pid), code);
 }
+
+/// The running actor's CPU time in TSC ticks up to `now` (what its probe holds plus the
+/// period running since the last charge), if the runtime counts CPU time
+/// (`Builder::cpu_time`); None off an actor or without it. For `profile`.
+pub(crate) fn current_cpu_ticks(now: u64) -> Option<u64> {
+    let (w, _, slot) = running_actor()?;
+    if !w.cpu_time {
+        return None;
+    }
+    // Relaxed: the running actor's own counter (see `Probe`).
+    let charged = slot.probe.cpu.load(Ordering::Relaxed);
+    let running = if core::ptr::eq(w.cpu_last.get(), slot) { now.saturating_sub(w.cpu_stamp.get()) } else { 0 };
+    Some(charged + running)
+}
