@@ -30,6 +30,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -50,15 +51,48 @@ struct SiteCell {
     timed_own: AtomicU64,
 }
 
-/// The process-wide table of sites, by name.
-static SITES: RwLock<Option<HashMap<&'static str, &'static SiteCell>>> = RwLock::new(None);
+/// The process-wide table of sites, by the name's address (a site name is a literal, so a
+/// call site always passes the same address; equal names at other addresses are merged by
+/// [`cell`]'s slow path). Hashing the address, not the text, keeps the lookup short.
+static SITES: RwLock<Option<HashMap<usize, &'static SiteCell, BuildHasherDefault<AddrHasher>>>> = RwLock::new(None);
+
+/// Hashes an address: one multiplication (addresses are distinct, not adversarial).
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
 
 fn cell(name: &'static str) -> &'static SiteCell {
-    if let Some(c) = SITES.read().as_ref().and_then(|m| m.get(name)) {
+    let key = name.as_ptr() as usize;
+    if let Some(c) = SITES.read().as_ref().and_then(|m| m.get(&key)) {
         return c;
     }
+    cell_slow(name)
+}
+
+/// First use of a name at this address: the cell of an equal name, or a new one.
+#[cold]
+fn cell_slow(name: &'static str) -> &'static SiteCell {
+    let key = name.as_ptr() as usize;
     let mut w = SITES.write();
-    w.get_or_insert_with(HashMap::new).entry(name).or_insert_with(|| {
+    let map = w.get_or_insert_with(Default::default);
+    if let Some(same) = map.values().find(|c| c.name == name).copied() {
+        map.insert(key, same);
+        return same;
+    }
+    map.entry(key).or_insert_with(|| {
         Box::leak(Box::new(SiteCell {
             name,
             count: AtomicU64::new(0),
@@ -205,7 +239,11 @@ pub fn sites() -> Vec<SiteStats> {
         .read()
         .as_ref()
         .map(|m| {
-            m.values()
+            let mut cells: Vec<&'static SiteCell> = m.values().copied().collect();
+            cells.sort_by_key(|c| *c as *const SiteCell as usize);
+            cells.dedup_by_key(|c| *c as *const SiteCell as usize);
+            cells
+                .into_iter()
                 .map(|c| {
                     // Relaxed (all): reports.
                     let timed = c.timed.load(Ordering::Relaxed) > 0;
