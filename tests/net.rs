@@ -435,6 +435,33 @@ fn busy_poll_delivers_readiness_and_timers_and_ends() {
     }
 }
 
+/// `TcpListener::bind` listens with a backlog of 1,024 (mio's own is 128): 300 clients
+/// complete their handshakes while nobody accepts. With a backlog of 128 the 130th would
+/// wait for SYN retransmissions and time out after 5 s.
+#[test]
+fn the_listener_backlog_holds_a_burst_of_connections() {
+    rt(1)
+        .run(|| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let clients = std::thread::spawn(move || {
+                (0..300)
+                    .map(|i| {
+                        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                            .unwrap_or_else(|e| panic!("connection {i} not established: {e}"))
+                    })
+                    .collect::<Vec<_>>()
+            });
+            let clients = smarm::spawn_blocking(move || clients.join()).join().unwrap().unwrap();
+            assert_eq!(clients.len(), 300);
+            // Only now does anyone accept: every queued connection is there.
+            for _ in 0..300 {
+                l.accept().unwrap();
+            }
+        })
+        .unwrap();
+}
+
 #[test]
 fn udp_round_trip_between_actors() {
     rt(2)

@@ -39,6 +39,9 @@ pub struct TcpListener {
     core: Core<mio::net::TcpListener>,
 }
 
+/// The accept queue's length requested by [`TcpListener::bind`] (tokio's default too).
+const LISTEN_BACKLOG: libc::c_int = 1024;
+
 impl TcpListener {
     /// Binds to `addr` (the first of its addresses that binds), with `SO_REUSEADDR` and a
     /// backlog of 1,024.
@@ -48,7 +51,16 @@ impl TcpListener {
     /// assert!(listener.local_addr().unwrap().port() != 0);
     /// ```
     pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<TcpListener> {
-        each_addr(addr, mio::net::TcpListener::bind).map(|l| TcpListener { core: Core::new(l) })
+        let l = each_addr(addr, mio::net::TcpListener::bind)?;
+        // mio listens with std's backlog, 128 (mio 1.1 and later): a burst of connections
+        // over it overflows the accept queue, and each dropped handshake costs its client a
+        // one-second retransmission. Listening again on a listening socket only updates its
+        // backlog (Linux caps it at `net.core.somaxconn`).
+        // SAFETY: `l` owns a valid listening socket.
+        if unsafe { libc::listen(l.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(TcpListener { core: Core::new(l) })
     }
 
     /// Accepts a connection, parking the actor (or blocking the thread) until one arrives.
