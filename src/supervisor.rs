@@ -1308,6 +1308,18 @@ impl Sup {
     fn child_exited(&mut self, from: Pid, reason: DownReason) -> bool {
         let Some(&key) = self.by_pid.get(&from) else { return true };
         self.set_pid(key, None);
+        #[cfg(feature = "tracing")]
+        if !reason.is_normal_or_shutdown() {
+            // OTP's supervisor report `child_terminated`, at SASL's level for it.
+            tracing::error!(
+                target: "smarm::supervisor",
+                supervisor = %crate::task::current_pid(),
+                child = self.children[&key].id.as_deref().unwrap_or("undefined"),
+                pid = %from,
+                reason = %reason,
+                "child terminated"
+            );
+        }
         let kind = self.children[&key].restart;
         let restart = match kind {
             Restart::Permanent => true,
@@ -1344,6 +1356,14 @@ impl Sup {
     /// not running (OTP's `undefined`), and forgets a dynamic one.
     fn restart(&mut self, key: u64) -> bool {
         if !self.add_restart() {
+            // OTP's supervisor report `shutdown: reached_max_restart_intensity`.
+            #[cfg(feature = "tracing")]
+            tracing::error!(
+                target: "smarm::supervisor",
+                supervisor = %crate::task::current_pid(),
+                child = self.children[&key].id.as_deref().unwrap_or("undefined"),
+                "reached max restart intensity; shutting down"
+            );
             return false;
         }
         let group: Vec<u64> = match self.flags.strategy {
@@ -1364,6 +1384,17 @@ impl Sup {
             match self.start_of(k) {
                 Ok(started) => {
                     self.children.get_mut(&k).expect("child key").restarting = false;
+                    // OTP's progress report for a (re)started child.
+                    #[cfg(feature = "tracing")]
+                    if let Started::Pid(pid) = &started {
+                        tracing::info!(
+                            target: "smarm::supervisor",
+                            supervisor = %crate::task::current_pid(),
+                            child = self.children[&k].id.as_deref().unwrap_or("undefined"),
+                            pid = %pid,
+                            "child restarted"
+                        );
+                    }
                     match started {
                         Started::Pid(pid) => self.set_pid(k, Some(pid)),
                         Started::Ignore if self.simple() => self.remove(k),

@@ -31,7 +31,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
         self.0.lock().unwrap().parents.insert(span.name().to_string(), parent);
     }
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
-        if event.metadata().target() == "smarm" {
+        if event.metadata().target().starts_with("smarm") {
             struct Msg(String);
             impl tracing::field::Visit for Msg {
                 fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
@@ -133,4 +133,35 @@ fn runtime_events_are_reported() {
     let events = rec.lock().unwrap().events.clone();
     assert!(events.iter().any(|(l, m)| *l == tracing::Level::TRACE && m == "actor spawned"), "{events:?}");
     assert!(events.iter().any(|(l, m)| *l == tracing::Level::ERROR && m == "actor panicked"), "{events:?}");
+}
+
+#[test]
+fn supervisor_reports_are_events() {
+    use smarm::supervisor::{self, ChildSpec, Strategy, SupFlags};
+    let rec = record();
+    smarm::Runtime::builder()
+        .quiet_panics(true)
+        .build()
+        .unwrap()
+        .run(|| {
+            let (tx, rx) = smarm::channel::channel::<smarm::Pid>();
+            let spec = ChildSpec::worker("flaky", move || {
+                let tx = tx.clone();
+                Ok(smarm::spawn_link(move || {
+                    tx.send(smarm::current_pid()).unwrap();
+                    smarm::recv_signal();
+                })
+                .pid())
+            });
+            let sup = supervisor::start_link(SupFlags::new(Strategy::OneForOne), vec![spec]).unwrap();
+            let first = rx.recv().unwrap();
+            smarm::exit(first, smarm::DownReason::Custom("boom".into()));
+            let second = rx.recv().unwrap();
+            assert_ne!(first, second);
+            sup.stop().unwrap();
+        })
+        .unwrap();
+    let events = rec.lock().unwrap().events.clone();
+    assert!(events.iter().any(|(l, m)| *l == tracing::Level::ERROR && m == "child terminated"), "{events:?}");
+    assert!(events.iter().any(|(l, m)| *l == tracing::Level::INFO && m == "child restarted"), "{events:?}");
 }
