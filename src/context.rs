@@ -442,3 +442,21 @@ pub fn rdtsc() -> u64 {
     // SAFETY: rdtsc is available on every x86_64 CPU and has no memory effects.
     unsafe { core::arch::x86_64::_rdtsc() }
 }
+
+/// TSC ticks per nanosecond, measured once per process (a 2 ms spin against the monotonic
+/// clock on first use). The introspection reports (`info`, `profile`) convert with it.
+pub(crate) fn tsc_ticks_per_ns() -> f64 {
+    static RATE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *RATE.get_or_init(|| {
+        let (t, c) = (std::time::Instant::now(), rdtsc());
+        while t.elapsed() < std::time::Duration::from_millis(2) {
+            core::hint::spin_loop();
+        }
+        rdtsc().wrapping_sub(c) as f64 / t.elapsed().as_nanos() as f64
+    })
+}
+
+/// `ticks` TSC ticks as a duration (see [`tsc_ticks_per_ns`]).
+pub(crate) fn tsc_duration(ticks: u64) -> std::time::Duration {
+    std::time::Duration::from_nanos((ticks as f64 / tsc_ticks_per_ns()) as u64)
+}

@@ -237,28 +237,9 @@ pub(crate) fn processes_in(sh: &Shared) -> Vec<ProcessInfo> {
         .collect()
 }
 
-/// TSC ticks per nanosecond, from the clock and TSC rates since the runtime was made.
-fn ticks_per_ns(sh: &Shared) -> f64 {
-    let (t0, tsc0) = sh.born;
-    let ns = t0.elapsed().as_nanos() as f64;
-    let ticks = crate::context::rdtsc().saturating_sub(tsc0) as f64;
-    if ns < 1e6 || ticks <= 0.0 {
-        // Too early to tell: a short measurement of our own.
-        let (a, ta) = (std::time::Instant::now(), crate::context::rdtsc());
-        while a.elapsed() < Duration::from_millis(2) {
-            std::hint::spin_loop();
-        }
-        return (crate::context::rdtsc() - ta) as f64 / a.elapsed().as_nanos() as f64;
-    }
-    ticks / ns
-}
-
-fn ticks_to_duration(ticks: u64, per_ns: f64) -> Duration {
-    Duration::from_nanos((ticks as f64 / per_ns) as u64)
-}
+use crate::context::tsc_duration as ticks_to_duration;
 
 pub(crate) fn schedulers_in(sh: &Shared) -> Vec<SchedulerInfo> {
-    let per_ns = ticks_per_ns(sh);
     let now = crate::context::rdtsc();
     sh.thread_stats
         .iter()
@@ -267,12 +248,8 @@ pub(crate) fn schedulers_in(sh: &Shared) -> Vec<SchedulerInfo> {
             let started = stats::get(&st.started);
             SchedulerInfo {
                 index,
-                uptime: if started == 0 {
-                    Duration::ZERO
-                } else {
-                    ticks_to_duration(now.saturating_sub(started), per_ns)
-                },
-                idle: ticks_to_duration(stats::get(&st.idle_ticks), per_ns),
+                uptime: if started == 0 { Duration::ZERO } else { ticks_to_duration(now.saturating_sub(started)) },
+                idle: ticks_to_duration(stats::get(&st.idle_ticks)),
                 migrations: stats::get(&st.migrations),
                 parks: stats::get(&st.parks),
                 wakes: stats::get(&st.wakes),
@@ -334,7 +311,7 @@ fn report(sh: &Shared, slot: &Slot, index: u32, want: Option<u32>) -> Option<Pro
         mailbox_len: mailbox.map(|m| m.0),
         message_type: mailbox.map(|m| m.1),
         resumes,
-        cpu_time: sh.config.cpu_time.then(|| ticks_to_duration(cpu, ticks_per_ns(sh))),
+        cpu_time: sh.config.cpu_time.then(|| ticks_to_duration(cpu)),
         stack_pages,
         stack_size,
         links,
@@ -526,7 +503,7 @@ pub(crate) fn write_trace_in(sh: &Shared, out: &mut Vec<u8>) -> io::Result<()> {
             None => pid.to_string(),
         })
     };
-    write_chrome_json(out, &threads, ticks_per_ns(sh) * 1000.0, &describe)
+    write_chrome_json(out, &threads, crate::context::tsc_ticks_per_ns() * 1000.0, &describe)
 }
 
 /// Events recorded between two clock readings share the first one (`Worker::trace`): give

@@ -219,22 +219,9 @@ pub struct SiteStats {
     pub parked: Option<Duration>,
 }
 
-/// TSC ticks per nanosecond, measured once (2 ms) on first use.
-fn ticks_per_ns() -> f64 {
-    static RATE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *RATE.get_or_init(|| {
-        let (t, c) = (std::time::Instant::now(), tsc());
-        while t.elapsed() < Duration::from_millis(2) {
-            std::hint::spin_loop();
-        }
-        (tsc() - c) as f64 / t.elapsed().as_nanos() as f64
-    })
-}
-
 /// Every site entered so far in this process, busiest (by total time) first.
 pub fn sites() -> Vec<SiteStats> {
-    let per_ns = ticks_per_ns();
-    let d = |ticks: u64| Duration::from_nanos((ticks as f64 / per_ns) as u64);
+    let d = crate::context::tsc_duration;
     let mut v: Vec<SiteStats> = SITES
         .read()
         .as_ref()

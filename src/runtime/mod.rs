@@ -796,9 +796,6 @@ pub(crate) struct Shared {
     /// `TraceWriter` it claims at start, `info::write_trace` reads them all.
     #[cfg(feature = "smarm-trace")]
     pub(crate) trace_rings: Box<[Arc<crate::trace_ring::TraceRing>]>,
-    /// The clock and the TSC when the runtime was made: `info` converts TSC ticks to time
-    /// with their rates since.
-    pub(crate) born: (std::time::Instant, u64),
     pub(crate) inboxes: Box<[CachePadded<Inbox>]>,
     pub(crate) timers: Timers,
     /// User values released by scheduler code, waiting for a reaper actor (`user_drop`).
@@ -836,7 +833,6 @@ impl Shared {
             parkers: (0..config.threads).map(|_| park::Parker::default()).collect(),
             unparks: (0..config.threads).map(|_| AtomicUsize::new(0)).collect(),
             thread_stats: (0..config.threads).map(|_| CachePadded(stats::ThreadStats::default())).collect(),
-            born: (std::time::Instant::now(), crate::context::rdtsc()),
             #[cfg(feature = "smarm-trace")]
             trace_rings: (0..config.threads)
                 .map(|_| Arc::new(crate::trace_ring::TraceRing::new(TRACE_RECORDS_PER_THREAD)))
