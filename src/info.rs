@@ -131,6 +131,11 @@ impl ProcessInfo {
 }
 
 /// One scheduler thread's counters, as [`schedulers`] reports them.
+///
+/// `migrations`, `parks` and `wakes` are kept by each thread in plain cells and published
+/// every few dozen scheduling decisions and whenever the thread sleeps: those of a busy
+/// thread other than the caller's may lag by that much; those of an idle thread and of the
+/// caller's own are exact.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct SchedulerInfo {
@@ -240,6 +245,17 @@ pub(crate) fn processes_in(sh: &Shared) -> Vec<ProcessInfo> {
 use crate::context::tsc_duration as ticks_to_duration;
 
 pub(crate) fn schedulers_in(sh: &Shared) -> Vec<SchedulerInfo> {
+    // The calling thread's own counters are current (the others' lag by up to a
+    // scheduling round: see `runtime::stats`).
+    let w = current_worker();
+    if !w.is_null() {
+        // SAFETY: a non-null worker pointer is this thread's live worker; not held across
+        // a switch.
+        let w = unsafe { &*w };
+        if core::ptr::eq(w.shared_ptr(), sh) {
+            w.publish_counts();
+        }
+    }
     let now = crate::context::rdtsc();
     sh.thread_stats
         .iter()
@@ -275,22 +291,28 @@ fn report(sh: &Shared, slot: &Slot, index: u32, want: Option<u32>) -> Option<Pro
     let pid = sh.slab.pid(index, gen);
     let p = &slot.probe;
     // Relaxed (all probe loads): reports (see `Probe`); checked against the generation below.
-    let wait = p.wait.load(Ordering::Relaxed);
-    let resumes = p.resumes.load(Ordering::Relaxed);
+    let resumes = slot.resumes.load(Ordering::Relaxed);
+    let wait_kind = slot.wait_kind.load(Ordering::Relaxed);
+    let wait = slot.wait.load(Ordering::Relaxed);
     let cpu = p.cpu.load(Ordering::Relaxed);
     let spawned_at = p.spawned_at.load(Ordering::Relaxed);
     let type_name = p.type_name.load(Ordering::Relaxed);
     let parent = p.parent.load(Ordering::Relaxed);
     let (stack_base, stack_len) = (p.stack_base.load(Ordering::Relaxed), p.stack_len.load(Ordering::Relaxed));
-    // Acquire: orders the probe loads above before this re-read (a seqlock's second read).
+    // Acquire: orders the probe loads above before these re-reads (a seqlock's second
+    // read); pairs with the parker's Release fence (see `Slot::wait`).
     std::sync::atomic::fence(Ordering::Acquire);
     if (slot.state.load(Ordering::Relaxed) >> 32) as u32 != gen {
         return None; // reused meanwhile
     }
+    // Relaxed: ordered by the fence above. A changed count means the actor was resumed
+    // while we read, so the park record may pair two parks: it was not parked throughout.
+    let steady = slot.resumes.load(Ordering::Relaxed) == resumes;
     let state = match st {
         RUNNING => ProcessState::Running,
         QUEUED => ProcessState::Runnable,
-        PARKED => match WaitKind::unpack(wait) {
+        PARKED if !steady => ProcessState::Runnable,
+        PARKED => match WaitKind::unpack(wait_kind, wait) {
             Some((kind, at)) => ProcessState::Parked { kind, at },
             None => ProcessState::Runnable,
         },
@@ -303,7 +325,10 @@ fn report(sh: &Shared, slot: &Slot, index: u32, want: Option<u32>) -> Option<Pro
         None => (None, Vec::new(), Vec::new(), None, false, Vec::new()),
     };
     let monitors_unknown = watchers.iter().filter(|w| w.is_none()).count();
-    let (stack_pages, stack_size) = stack_residency(stack_base as usize, stack_len as usize);
+    // Before its first run the actor has no stack (the probe may still name its slot's
+    // previous occupant's).
+    let (stack_pages, stack_size) =
+        if resumes == 0 { (0, 0) } else { stack_residency(stack_base as usize, stack_len as usize) };
     Some(ProcessInfo {
         pid,
         name,

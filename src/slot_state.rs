@@ -250,6 +250,9 @@ pub(crate) struct Slot {
     pub(crate) pinned: AtomicU32,
     /// The stop request the actor must unwind with at its next runtime call, if any.
     pub(crate) cancel: CancelCell,
+    /// What the actor last parked on: a [`WaitKind`] (0: never parked), stored with `wait`
+    /// at every park (see `wait` for how a reader pairs them).
+    pub(crate) wait_kind: AtomicU8,
     /// The control block. Accessed only by the thread that owns the actor (the spawner
     /// before publication, then the scheduler thread that claimed it and the actor itself
     /// while it runs there).
@@ -264,6 +267,19 @@ pub(crate) struct Slot {
     pub(crate) lazy_key: core::cell::UnsafeCell<crate::wheel::TimerKey>,
     /// The reply word of the actor's current `call`: `seq << 3 | state` (see `reply`).
     pub(crate) reply: AtomicU64,
+    /// Where the actor last parked: the `&'static Location` of the blocking call (0:
+    /// never). Stored at every park, with `wait_kind`, so both sit near the slot's head, not
+    /// in [`Probe`] at its far end: a park then touches no line the switch does not touch
+    /// anyway. Reports for `info`, as the probe's fields are. The two are separate stores
+    /// (a packed word cost a 64-bit constant, an `or` and a spill per park), so a reader
+    /// could pair one park's kind with another's location; it reads `resumes` before and
+    /// after them (the parker issues a Release fence before storing them, the reader an
+    /// Acquire fence before the second read), and a park that began meanwhile shows as a
+    /// changed count.
+    pub(crate) wait: AtomicU64,
+    /// Times the actor was resumed (first run included; Erlang's reductions, roughly).
+    /// Bumped at every resume; placed and read as `wait`.
+    pub(crate) resumes: AtomicU64,
     /// What introspection (`info`) reads of the actor (see [`Probe`]).
     pub(crate) probe: Probe,
 }
@@ -276,12 +292,8 @@ pub(crate) struct Slot {
 /// values are reports, not synchronisation, and each field is meaningful on its own.
 #[derive(Default)]
 pub(crate) struct Probe {
-    /// Where the actor last parked: [`WaitKind`] in the top byte, the `&'static
-    /// Location` of the blocking call (user-space addresses are below 2^47) below. 0: never.
-    pub(crate) wait: AtomicU64,
-    /// Times the actor was resumed (first run included; Erlang's reductions, roughly).
-    pub(crate) resumes: AtomicU64,
-    /// TSC ticks the actor ran, when the runtime counts CPU time (`Builder::cpu_time`).
+    /// TSC ticks the actor ran, when the runtime counts CPU time (`Builder::cpu_time`);
+    /// reset to 0 when the actor retires.
     pub(crate) cpu: AtomicU64,
     /// `&'static Location` of the spawn call.
     pub(crate) spawned_at: AtomicU64,
@@ -290,7 +302,8 @@ pub(crate) struct Probe {
     /// The spawning actor (`index << 32 | generation`), 0 if spawned from outside an actor.
     pub(crate) parent: AtomicU64,
     /// The actor's stack (`Stack::into_raw` parts, guard included), once its first run
-    /// bound it; 0 before.
+    /// bound it; before that (no resumes yet) it may still name the previous occupant's,
+    /// and `info` does not read it.
     pub(crate) stack_base: AtomicU64,
     pub(crate) stack_len: AtomicU64,
 }
@@ -352,20 +365,14 @@ impl WaitKind {
         }
     }
 
-    /// The packed [`Probe::wait`] word for a park of this kind at `site`.
-    #[inline(always)]
-    pub(crate) fn at(self, site: &'static core::panic::Location<'static>) -> u64 {
-        // No mask: x86_64 Linux user-space addresses are below 2^47, so the top byte is 0.
-        ((self as u64) << 56) | site as *const _ as u64
-    }
-
-    /// Unpacks a [`Probe::wait`] word.
-    pub(crate) fn unpack(word: u64) -> Option<(WaitKind, &'static core::panic::Location<'static>)> {
-        let kind = *WaitKind::ALL.get(((word >> 56) as usize).checked_sub(1)?)?;
-        let ptr = (word & ((1 << 56) - 1)) as *const core::panic::Location<'static>;
-        // SAFETY: a non-zero word was made by `at` from a `&'static Location` (user-space
-        // pointers are below 2^56 on x86_64, so the mask kept it whole).
-        Some((kind, unsafe { &*ptr }))
+    /// The park record of [`Slot::wait_kind`] and [`Slot::wait`], if the actor has parked.
+    pub(crate) fn unpack(kind: u8, site: u64) -> Option<(WaitKind, &'static core::panic::Location<'static>)> {
+        let kind = *WaitKind::ALL.get(usize::from(kind).checked_sub(1)?)?;
+        if site == 0 {
+            return None;
+        }
+        // SAFETY: a non-zero `wait` was stored from a `&'static Location` (`park_running`).
+        Some((kind, unsafe { &*(site as *const core::panic::Location<'static>) }))
     }
 }
 

@@ -30,7 +30,15 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
     let tick = w.tick.get().wrapping_add(1);
     // The scheduler's periodic round work, at its cadence (the timers' 64 is a multiple of
     // GLOBAL_FIRST_INTERVAL), and pinned actors, which go before the slot.
-    if (tick % GLOBAL_FIRST_INTERVAL == 0 && w.round_due()) || !w.inbox().is_empty() {
+    if tick % GLOBAL_FIRST_INTERVAL == 0 {
+        // The round work's counter publication (see `stats`), which a chain of hand-offs
+        // would otherwise put off.
+        w.publish_counts();
+        if w.round_due() {
+            return None;
+        }
+    }
+    if !w.inbox().is_empty() {
         return None;
     }
     // The lifo limit keeps queued work from waiting behind the slot forever. With nothing

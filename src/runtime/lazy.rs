@@ -311,7 +311,7 @@ pub(crate) fn park_until(deadline: Option<Instant>, kind: WaitKind) -> bool {
 /// traffic and no clock read.
 #[track_caller]
 pub(crate) fn park_timeout(timeout: Duration, kind: WaitKind) -> Option<LazyEnd> {
-    let wait = kind.at(core::panic::Location::caller());
+    let site = core::panic::Location::caller();
     // The worker is not used after the switch in `park_current`.
     let (w, index, slot) = running_actor()?;
     // Relaxed: only this actor starts requests on its slot, and it ended the last one itself.
@@ -355,7 +355,7 @@ pub(crate) fn park_timeout(timeout: Duration, kind: WaitKind) -> Option<LazyEnd>
         }
     }
     let guard = Disarm { shared: w.shared_ptr(), slot, index, seq };
-    let w = park_running(w, slot, wait);
+    let w = park_running(w, slot, kind, site);
     let end = guard.finish(w);
     std::mem::forget(guard);
     Some(end)

@@ -1034,7 +1034,7 @@ impl Shared {
         spans::spawn_event(pid, core::panic::Location::caller());
         #[cfg(feature = "smarm-trace")]
         trace_spawn(self, pid);
-        self.push_spawned(index);
+        self.push_spawned(slot, index);
         self.wake_one(); // includes the SeqCst fence of shutdown step 3
                          // A kill that reached the child since it was published stays a kill.
         if self.lifecycle.is_shutting_down() && slot.cancel.raise(Cancel::Shutdown).is_some() {
@@ -1048,23 +1048,19 @@ impl Shared {
     }
 
     /// Fills a new actor's introspection record (`Probe`) before its publication: where it
-    /// was spawned, its closure's type, its parent (the running actor, if of this runtime).
+    /// was spawned, its closure's type, no resumes yet. The rest needs no reset per
+    /// occupancy: the parent is stored by `push_spawned` (which looks up the spawning
+    /// thread's worker anyway), the park word is read only while the actor is parked (it
+    /// parks after storing it), the stack only once it has been resumed (its first run
+    /// stores it), and the CPU time is reset when the previous occupant retires.
     #[inline(always)]
     fn note_spawn(&self, slot: &Slot, site: &'static core::panic::Location<'static>, type_name: fn() -> &'static str) {
-        let parent = match worker::current_actor_pid() {
-            Some((sh, pid)) if core::ptr::eq(sh, self) => (u64::from(pid.index()) << 32) | u64::from(pid.generation()),
-            _ => 0,
-        };
         let p = &slot.probe;
         // Relaxed (all): published with the slot by the Release in `publish_queued`, and
         // read by `info` only as reports (see `Probe`).
         p.spawned_at.store(site as *const _ as u64, Ordering::Relaxed);
         p.type_name.store(type_name as usize as u64, Ordering::Relaxed);
-        p.parent.store(parent, Ordering::Relaxed);
-        p.wait.store(0, Ordering::Relaxed);
-        p.resumes.store(0, Ordering::Relaxed);
-        p.cpu.store(0, Ordering::Relaxed);
-        p.stack_base.store(0, Ordering::Relaxed);
+        slot.resumes.store(0, Ordering::Relaxed);
     }
 
     /// Runs `spawn` (a spawn on this runtime) from a thread that is not one of its live
@@ -1083,16 +1079,31 @@ impl Shared {
     /// runs on a scheduler thread of this runtime (FIFO with that thread's other work, so a
     /// spawner that is preempted queues behind its children; idle threads steal), else on
     /// the shared queue. The caller then wakes a sleeper.
-    fn push_spawned(&self, index: u32) {
+    /// Queues a new actor (`index`, in `slot`), and records its parent: the running actor of
+    /// this thread, if the spawn is made by one of this runtime's actors. The parent is
+    /// stored after the publication but before the child can run (it is not queued yet); a
+    /// report read meanwhile shows none.
+    fn push_spawned(&self, slot: &Slot, index: u32) {
         let w = current_worker();
         if !w.is_null() {
             // SAFETY: this thread's live worker (no switch while we use it).
             let w = unsafe { &*w };
             if core::ptr::eq(w.shared_ptr(), self) {
+                let i = w.current.get();
+                // Relaxed: the running actor's generation cannot change under it.
+                let parent = if i == worker::NONE {
+                    0
+                } else {
+                    (u64::from(i) << 32) | (self.slab.slot(i).state.load(Ordering::Relaxed) >> 32)
+                };
+                // Relaxed: a report (see `Probe`).
+                slot.probe.parent.store(parent, Ordering::Relaxed);
                 w.push_local(index);
                 return;
             }
         }
+        // Relaxed: a report (see `Probe`).
+        slot.probe.parent.store(0, Ordering::Relaxed);
         self.run_queue.push_from(index, None);
     }
 
@@ -1135,7 +1146,7 @@ impl Shared {
             // scheduler or actor code; we do not hold it across a switch.
             let w = unsafe { &*w };
             if core::ptr::eq(w.shared_ptr(), self) {
-                stats::bump(&w.stats().wakes);
+                stats::LocalCounts::bump(&w.counts.wakes);
                 #[cfg(feature = "smarm-trace")]
                 w.trace(
                     crate::trace_ring::EventKind::Wake,

@@ -7,11 +7,21 @@
 //! as some recent value; counters are reports, not synchronisation, so Relaxed suffices for
 //! every access here.
 //!
+//! The counters bumped once per message (parks, wakes) and the migration count live in
+//! [`LocalCounts`] instead: plain cells in the thread's `Worker`, one `inc` instruction each
+//! (an atomic's load and store would be three, behind a pointer), copied into the shared
+//! [`ThreadStats`] by [`LocalCounts::publish`] at the scheduler's round work (every
+//! `GLOBAL_FIRST_INTERVAL` scheduling decisions), before the thread sleeps, when it stops,
+//! and when an actor on that thread asks `info::schedulers`. A busy thread's published
+//! figures may so lag by up to a round; an idle one's are exact. This is what keeps the
+//! counters within the 2% budget on a message round trip (outputs/history.md, finding 53).
+//!
 //! CPU time per actor needs a clock read at every switch (`rdtsc`, about 14 ns on the
 //! machine this was measured on: 10-15% of a message round trip between two actors), so it
 //! is off unless the builder asks for it. The thread's idle time is always measured: it costs
 //! two clock reads per sleep, which is noise next to the sleep itself.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One scheduler thread's counters (see the module doc).
@@ -53,4 +63,32 @@ pub(crate) fn add(c: &AtomicU64, n: u64) {
 pub(crate) fn get(c: &AtomicU64) -> u64 {
     // Relaxed: a report (module doc).
     c.load(Ordering::Relaxed)
+}
+
+/// The hot per-thread counters, in plain cells owned by the scheduler thread (see the module
+/// doc); published to the thread's [`ThreadStats`] by [`LocalCounts::publish`].
+#[derive(Default)]
+pub(crate) struct LocalCounts {
+    /// Actors that parked on this thread.
+    pub(crate) parks: Cell<u64>,
+    /// Wakes made by actors running on this thread.
+    pub(crate) wakes: Cell<u64>,
+    /// Resumes of an actor that last ran on another thread.
+    pub(crate) migrations: Cell<u64>,
+}
+
+impl LocalCounts {
+    /// Adds one to a cell of this thread's own.
+    #[inline(always)]
+    pub(crate) fn bump(c: &Cell<u64>) {
+        c.set(c.get().wrapping_add(1));
+    }
+
+    /// Copies the totals into the thread's shared counters.
+    pub(crate) fn publish(&self, to: &ThreadStats) {
+        // Relaxed: single writer, report-only (module doc).
+        to.parks.store(self.parks.get(), Ordering::Relaxed);
+        to.wakes.store(self.wakes.get(), Ordering::Relaxed);
+        to.migrations.store(self.migrations.get(), Ordering::Relaxed);
+    }
 }

@@ -94,7 +94,7 @@ use super::blocks::BlockCache;
 use super::cancel::{cancel_reason, check_cancelled};
 use super::hand_off::{complete_hand_off, hand_off_park};
 use super::lazy::{PendingRing, LAZY_ARM_ROUNDS};
-use super::stats::{self, ThreadStats};
+use super::stats::{self, LocalCounts, ThreadStats};
 use super::unwind::actor_unwinding;
 use super::{Inbox, Shared};
 use crate::local_queue::LocalQueue;
@@ -192,6 +192,13 @@ pub(crate) struct Worker {
     pub(super) blocks: BlockCache,
     /// `&shared.thread_stats[index]`, looked up once.
     pub(super) stats: *const ThreadStats,
+    /// The counters bumped per message, published to `stats` now and then (see `stats`).
+    pub(super) counts: LocalCounts,
+    /// What `prepare_to_run` compares each resumed actor's last thread with: `index`, or
+    /// `usize::MAX - 1` (no thread's index) when the runtime counts CPU time, so that every
+    /// resume takes the out-of-line path, which charges it. One compare covers both the
+    /// migration count and the CPU-time switch.
+    resume_key: usize,
     /// This thread's event ring's writer (feature `smarm-trace`).
     #[cfg(feature = "smarm-trace")]
     pub(crate) trace: crate::trace_ring::TraceWriter,
@@ -317,6 +324,7 @@ impl Worker {
             sh.fire_due(Instant::now());
         }
         if tick % GLOBAL_FIRST_INTERVAL == 0 {
+            self.publish_counts();
             // A busy runtime still sees the network (see `io`): what is ready joins the queues.
             if let Some(r) = sh.reactor_if_made() {
                 if r.busy_poll_due() {
@@ -613,6 +621,11 @@ impl Worker {
                 let (base, len) = stack.into_raw();
                 (*cell).stack_base = base;
                 (*cell).stack_len = len;
+                // A first run is no migration.
+                (*cell).assigned_thread = self.index;
+                if self.cpu_time {
+                    self.charge_cpu(slot);
+                }
                 // Relaxed: reports for `info` (see `Probe`).
                 slot.probe.stack_base.store(base as u64, Ordering::Relaxed);
                 slot.probe.stack_len.store(len as u64, Ordering::Relaxed);
@@ -621,29 +634,52 @@ impl Worker {
                     // transition, as in `switch_out`.
                     slot.pinned.store(self.index as u32, Ordering::Relaxed);
                 }
+            } else if (*cell).assigned_thread != self.resume_key {
+                self.arrived(slot);
             }
             fp_control_switch(self.live_fp.get(), (*cell).fp);
             self.live_fp.set((*cell).fp);
-            let last = (*cell).assigned_thread;
-            (*cell).assigned_thread = self.index;
-            if last != self.index && last != usize::MAX {
-                stats::bump(&self.stats().migrations);
-                #[cfg(feature = "smarm-trace")]
-                self.trace(crate::trace_ring::EventKind::Migrate, packed_pid(slot, self.slot_index(slot)), last as u64);
-            }
         }
         #[cfg(feature = "smarm-trace")]
         self.trace(crate::trace_ring::EventKind::Resume, packed_pid(slot, self.slot_index(slot)), 0);
-        stats::bump(&slot.probe.resumes);
+        stats::bump(&slot.resumes);
+    }
+
+    /// The out-of-line part of `prepare_to_run` (see `resume_key`): the actor last ran on
+    /// another thread, or the runtime counts CPU time.
+    ///
+    /// # Safety
+    /// As `prepare_to_run`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn arrived(&self, slot: &Slot) {
+        let cell = slot.cell.get();
+        // SAFETY: forwarded from the caller (we own the control block).
+        let last = unsafe { std::mem::replace(&mut (*cell).assigned_thread, self.index) };
+        if last != self.index && last != usize::MAX {
+            LocalCounts::bump(&self.counts.migrations);
+            #[cfg(feature = "smarm-trace")]
+            self.trace(crate::trace_ring::EventKind::Migrate, packed_pid(slot, self.slot_index(slot)), last as u64);
+        }
         if self.cpu_time {
             self.charge_cpu(slot);
         }
     }
 
+    /// Copies this thread's hot counters to its shared ones (see `stats`).
+    pub(crate) fn publish_counts(&self) {
+        self.counts.publish(self.stats());
+    }
+
     fn retire(&self, index: u32) {
         let sh = &*self.shared;
-        if sh.config.cpu_time && core::ptr::eq(self.cpu_last.get(), sh.slab.slot(index)) {
-            self.charge_cpu(core::ptr::null());
+        if self.cpu_time {
+            let slot = sh.slab.slot(index);
+            if core::ptr::eq(self.cpu_last.get(), slot) {
+                self.charge_cpu(core::ptr::null());
+            }
+            // Relaxed: a report; the next occupant starts from zero (see `note_spawn`).
+            slot.probe.cpu.store(0, Ordering::Relaxed);
         }
         let cell = sh.slab.slot(index).cell.get();
         // SAFETY: the actor finished and switched away for good; its stack and task are ours.
@@ -771,6 +807,7 @@ impl Worker {
             }
         }
         if sh.idle.prepare_park(self.index, has_work) {
+            self.publish_counts();
             let t0 = crate::context::rdtsc();
             sh.parkers[self.index].park(timeout());
             self.count_sleep(t0);
@@ -848,6 +885,8 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         pending_timeouts: PendingRing::new(),
         blocks: BlockCache::default(),
         stats,
+        counts: LocalCounts::default(),
+        resume_key: if cpu_time { usize::MAX - 1 } else { index },
         #[cfg(feature = "smarm-trace")]
         trace,
         #[cfg(feature = "smarm-trace")]
@@ -864,6 +903,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
     let initial_fp = fp_control_read();
     worker.live_fp.set(initial_fp);
     worker.run_loop();
+    worker.publish_counts();
     // The calling thread of `Runtime::run` gets its own modes back.
     fp_control_switch(worker.live_fp.get(), initial_fp);
     set_current_worker(core::ptr::null());
@@ -1119,7 +1159,7 @@ pub(crate) fn yield_now() {
 pub(crate) fn park_current(kind: WaitKind) {
     match running_actor() {
         Some((w, _, slot)) => {
-            park_running(w, slot, kind.at(core::panic::Location::caller()));
+            park_running(w, slot, kind, core::panic::Location::caller());
         }
         None => std::thread::park(),
     }
@@ -1128,12 +1168,21 @@ pub(crate) fn park_current(kind: WaitKind) {
 /// Parks the running actor `slot` of worker `w` (see [`park_current`]); returns the worker
 /// of the thread it was resumed on.
 #[inline(always)]
-pub(super) fn park_running(w: &Worker, slot: &'static Slot, wait: u64) -> &'static Worker {
-    // Relaxed: a report for `info` (see `Probe`); the actor's own field.
-    slot.probe.wait.store(wait, Ordering::Relaxed);
-    stats::bump(&w.stats().parks);
+pub(super) fn park_running(
+    w: &Worker,
+    slot: &'static Slot,
+    kind: WaitKind,
+    site: &'static core::panic::Location<'static>,
+) -> &'static Worker {
+    // Release: orders the `resumes` bump of this run before the park record, for a reader
+    // that pairs them (see `Slot::wait`). A compiler barrier only, on x86_64.
+    std::sync::atomic::fence(Ordering::Release);
+    // Relaxed: reports for `info` (see `Slot::wait`); the actor's own fields.
+    slot.wait_kind.store(kind as u8, Ordering::Relaxed);
+    slot.wait.store(site as *const _ as u64, Ordering::Relaxed);
+    LocalCounts::bump(&w.counts.parks);
     #[cfg(feature = "smarm-trace")]
-    w.trace(crate::trace_ring::EventKind::Park, packed_pid(slot, w.current.get()), wait >> 56);
+    w.trace(crate::trace_ring::EventKind::Park, packed_pid(slot, w.current.get()), kind as u64);
     // An actor being shut down while it unwinds must not block on something that may never
     // come; it yields instead and its caller's loop re-checks.
     // Acquire: pairs with the Release store of a stop request (`stop_all`, `request_stop`),
