@@ -510,6 +510,7 @@ pub(crate) fn write_trace_in(sh: &Shared, out: &mut Vec<u8>) -> io::Result<()> {
         .map(|(i, ring)| {
             let mut v = Vec::new();
             ring.snapshot(&mut v);
+            crate::trace_ring::expand(&mut v);
             spread_shared_timestamps(&mut v);
             (i, v)
         })

@@ -74,7 +74,7 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
         let fp = fp_control_read();
         (*cell).fp = fp;
         w.live_fp.set(fp);
-        w.prepare_to_run(next_slot);
+        w.prepare_to_run(next_slot, next);
         // `next` returns to the scheduler we would have returned to.
         (*next_cell).sched_sp = (*cell).sched_sp;
     }

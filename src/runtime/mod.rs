@@ -695,8 +695,8 @@ fn trace_spawn(sh: &Shared, pid: Pid) {
     // SAFETY: this thread's live worker, used before any switch.
     let w = unsafe { &*w };
     if core::ptr::eq(w.shared_ptr(), sh) {
-        let parent = w.current_pid().map_or(0, worker::pack);
-        w.trace(crate::trace_ring::EventKind::Spawn, worker::pack(pid), parent);
+        // The parent is the actor running on this thread (0: the exporter tells it).
+        w.trace(crate::trace_ring::EventKind::Spawn, worker::pack(pid), 0);
     }
 }
 
@@ -1147,12 +1147,9 @@ impl Shared {
             let w = unsafe { &*w };
             if core::ptr::eq(w.shared_ptr(), self) {
                 stats::LocalCounts::bump(&w.counts.wakes);
+                // The waker is the actor running on this thread (0: the exporter tells it).
                 #[cfg(feature = "smarm-trace")]
-                w.trace(
-                    crate::trace_ring::EventKind::Wake,
-                    worker::packed_pid(slot, index),
-                    w.current_slot().map_or(0, |s| worker::packed_pid(s, w.current.get())),
-                );
+                w.trace(crate::trace_ring::EventKind::Wake, worker::packed_pid(slot, index), 0);
                 if let Some(displaced) = w.put_in_wake_slot(index) {
                     // Not woken: this thread is awake and reaches its local queue itself
                     // (after `lifo_run_limit` slot runs at the latest); a sleeper is nudged

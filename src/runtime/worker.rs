@@ -115,10 +115,6 @@ pub(super) const NONE: u32 = u32::MAX;
 pub(super) const GLOBAL_FIRST_INTERVAL: u32 = 32;
 const _: () = assert!(GLOBAL_FIRST_INTERVAL.is_power_of_two() && 64 % GLOBAL_FIRST_INTERVAL == 0);
 
-/// Events that share one `rdtsc` reading (feature `smarm-trace`; see `Worker::trace`).
-#[cfg(feature = "smarm-trace")]
-const TRACE_TSC_EVERY: u32 = 32;
-
 /// Rounds of looking at the queues before announcing sleep: a park/unpark pair costs a few
 /// microseconds of syscalls, which a message ping-pong between threads would pay per hop.
 const IDLE_SPINS: u32 = 64;
@@ -202,12 +198,11 @@ pub(crate) struct Worker {
     /// This thread's event ring's writer (feature `smarm-trace`).
     #[cfg(feature = "smarm-trace")]
     pub(crate) trace: crate::trace_ring::TraceWriter,
-    /// The timestamp the next events share, and how many more may share it before a fresh
-    /// `rdtsc` (see [`Worker::trace`]).
+    /// The running actor's park or yield not yet recorded (its reason plus one; 0: none):
+    /// the next resume on this thread records it in its `Resume`, any other event records it
+    /// first as a `Park` (see [`Worker::trace`]).
     #[cfg(feature = "smarm-trace")]
-    trace_tsc: Cell<u64>,
-    #[cfg(feature = "smarm-trace")]
-    trace_left: Cell<u32>,
+    trace_park: Cell<u64>,
     /// `Builder::cpu_time`, copied here from the configuration (read at every resume).
     pub(super) cpu_time: bool,
     /// `Builder::cpu_time`: the actor whose CPU time runs since `cpu_stamp` (null: none).
@@ -289,6 +284,10 @@ impl Worker {
                 self.run_actor(i);
                 continue;
             }
+            // The last actor's held-back park is recorded now, at the time it happened,
+            // not at the next resume after an idle spell.
+            #[cfg(feature = "smarm-trace")]
+            self.flush_park();
             if self.shared.lifecycle.is_finished() {
                 return;
             }
@@ -397,34 +396,41 @@ impl Worker {
 
     /// Records an event on this thread's ring (feature `smarm-trace`).
     ///
-    /// Timestamps are read every [`TRACE_TSC_EVERY`] events (and at the first event after a
-    /// sleep), not at each: an `rdtsc` costs about 14 ns on the machine this was measured
-    /// on, several times the record itself, and a message round trip between two actors
-    /// makes six events. The events in between share the last reading; the exporter
-    /// spreads them evenly up to the next (`info::write_trace`), so their order is exact
-    /// and their times are interpolated within a few microseconds.
+    /// Timestamps are read every [`CLOCK_EVERY`](crate::trace_ring::CLOCK_EVERY)-th record
+    /// (and after every sleep), not at each: an `rdtsc` costs about 14 ns on the machine this
+    /// was measured on, several times the record itself. The records in between share the
+    /// last reading; the exporter spreads them evenly up to the next (`info::write_trace`), so
+    /// their order is exact and their times are interpolated within a few microseconds.
+    ///
+    /// Records leave out what the exporter can tell from the actor running on the thread
+    /// (`trace_ring::expand`): a park is held back and merged with the next resume, and wakes
+    /// and spawns do not name the actor that made them.
     #[cfg(feature = "smarm-trace")]
     #[inline(always)]
     pub(crate) fn trace(&self, kind: crate::trace_ring::EventKind, pid: u64, arg: u64) {
-        let left = self.trace_left.get();
-        let tsc = if left == 0 {
-            let t = crate::context::rdtsc();
-            self.trace_tsc.set(t);
-            self.trace_left.set(TRACE_TSC_EVERY - 1);
-            t
-        } else {
-            self.trace_left.set(left - 1);
-            self.trace_tsc.get()
-        };
-        self.trace.record(tsc, kind, pid, arg);
+        self.flush_park();
+        self.trace.record_clocked(kind, pid, arg, crate::context::rdtsc);
     }
 
-    /// The slab index of `slot` (feature `smarm-trace`).
+    /// Records the held-back park, if any, as a `Park` of the actor that was running.
     #[cfg(feature = "smarm-trace")]
     #[inline(always)]
-    fn slot_index(&self, slot: &Slot) -> u32 {
-        let base = self.shared.slab.slot(0) as *const Slot as usize;
-        ((slot as *const Slot as usize - base) / core::mem::size_of::<Slot>()) as u32
+    fn flush_park(&self) {
+        let park = self.trace_park.get();
+        if park != 0 {
+            self.trace_park.set(0);
+            self.trace.record_clocked(crate::trace_ring::EventKind::Park, 0, park - 1, crate::context::rdtsc);
+        }
+    }
+
+    /// Records the resume of actor `index` (in `slot`), with the held-back park of the actor
+    /// that ran before, if any, in its `arg` (see `trace_ring::EventKind::Resume`).
+    #[cfg(feature = "smarm-trace")]
+    #[inline(always)]
+    fn trace_resume(&self, slot: &Slot, index: u32) {
+        let park = self.trace_park.replace(0);
+        let pid = packed_pid(slot, index);
+        self.trace.record_clocked(crate::trace_ring::EventKind::Resume, pid, park, crate::context::rdtsc);
     }
 
     /// This thread's counters.
@@ -510,7 +516,7 @@ impl Worker {
         let slot = sh.slab.slot(index);
         slot.claim();
         // SAFETY: we claimed the actor (QUEUED -> RUNNING), so its control block is ours.
-        unsafe { self.prepare_to_run(slot) };
+        unsafe { self.prepare_to_run(slot, index) };
         self.current.set(index);
         loop {
             let index = self.current.get();
@@ -545,6 +551,9 @@ impl Worker {
                 // Fast path: resume the same actor at once. Its floating-point state is
                 // still live in our registers, so nothing needs saving.
                 self.tick.set(self.tick.get().wrapping_add(1));
+                // Its slice goes on: the yield it held back is not an end (see `trace`).
+                #[cfg(feature = "smarm-trace")]
+                self.trace_park.set(0);
                 self.current.set(index);
                 continue;
             }
@@ -602,7 +611,7 @@ impl Worker {
     /// The caller owns the actor's control block (it claimed the actor), and `live_fp` is
     /// exact (the previous actor's state was saved).
     #[inline(always)]
-    pub(super) unsafe fn prepare_to_run(&self, slot: &Slot) {
+    pub(super) unsafe fn prepare_to_run(&self, slot: &Slot, index: u32) {
         let cell = slot.cell.get();
         // SAFETY: forwarded from the caller.
         unsafe {
@@ -635,13 +644,13 @@ impl Worker {
                     slot.pinned.store(self.index as u32, Ordering::Relaxed);
                 }
             } else if (*cell).assigned_thread != self.resume_key {
-                self.arrived(slot);
+                self.arrived(slot, index);
             }
             fp_control_switch(self.live_fp.get(), (*cell).fp);
             self.live_fp.set((*cell).fp);
         }
         #[cfg(feature = "smarm-trace")]
-        self.trace(crate::trace_ring::EventKind::Resume, packed_pid(slot, self.slot_index(slot)), 0);
+        self.trace_resume(slot, index);
         stats::bump(&slot.resumes);
     }
 
@@ -652,15 +661,19 @@ impl Worker {
     /// As `prepare_to_run`.
     #[cold]
     #[inline(never)]
-    unsafe fn arrived(&self, slot: &Slot) {
+    unsafe fn arrived(&self, slot: &Slot, index: u32) {
         let cell = slot.cell.get();
         // SAFETY: forwarded from the caller (we own the control block).
         let last = unsafe { std::mem::replace(&mut (*cell).assigned_thread, self.index) };
         if last != self.index && last != usize::MAX {
             LocalCounts::bump(&self.counts.migrations);
+            // Recorded before the resume, so any held-back park goes first as a `Park`: a
+            // migration is rare next to the resumes the merging saves.
             #[cfg(feature = "smarm-trace")]
-            self.trace(crate::trace_ring::EventKind::Migrate, packed_pid(slot, self.slot_index(slot)), last as u64);
+            self.trace(crate::trace_ring::EventKind::Migrate, packed_pid(slot, index), last as u64);
         }
+        #[cfg(not(feature = "smarm-trace"))]
+        let _ = index;
         if self.cpu_time {
             self.charge_cpu(slot);
         }
@@ -817,12 +830,13 @@ impl Worker {
 
     /// Counts a sleep that began at TSC `t0`.
     fn count_sleep(&self, t0: u64) {
-        // The first event after a sleep reads the clock afresh (see `trace`).
+        let now = crate::context::rdtsc();
+        // The events after a sleep do not share the reading from before it (see `trace`).
         #[cfg(feature = "smarm-trace")]
-        self.trace_left.set(0);
+        self.trace.set_clock(now);
         let st = self.stats();
         stats::bump(&st.sleeps);
-        stats::add(&st.idle_ticks, crate::context::rdtsc().saturating_sub(t0));
+        stats::add(&st.idle_ticks, now.saturating_sub(t0));
     }
 }
 
@@ -890,9 +904,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         #[cfg(feature = "smarm-trace")]
         trace,
         #[cfg(feature = "smarm-trace")]
-        trace_tsc: Cell::new(0),
-        #[cfg(feature = "smarm-trace")]
-        trace_left: Cell::new(0),
+        trace_park: Cell::new(0),
         cpu_time,
         cpu_last: Cell::new(core::ptr::null()),
         cpu_stamp: Cell::new(0),
@@ -1139,10 +1151,10 @@ pub(crate) fn yield_now() {
         // SAFETY: the running actor's own control block.
         super::spans::suspend(unsafe { &mut (*slot.cell.get()).spans });
     }
+    // A yield ends the slice too: a park of reason 0, held back (see `Worker::trace`).
     #[cfg(feature = "smarm-trace")]
-    if let Some(slot) = w.current_slot() {
-        // A yield ends the slice too: a Park of reason 0.
-        w.trace(crate::trace_ring::EventKind::Park, packed_pid(slot, w.current.get()), 0);
+    if w.running_actor() {
+        w.trace_park.set(1);
     }
     let (slot, _) = switch_out(w, Intent::Yield);
     #[cfg(feature = "tracing")]
@@ -1181,8 +1193,9 @@ pub(super) fn park_running(
     slot.wait_kind.store(kind as u8, Ordering::Relaxed);
     slot.wait.store(site as *const _ as u64, Ordering::Relaxed);
     LocalCounts::bump(&w.counts.parks);
+    // Held back, to be merged with the next resume on this thread (see `Worker::trace`).
     #[cfg(feature = "smarm-trace")]
-    w.trace(crate::trace_ring::EventKind::Park, packed_pid(slot, w.current.get()), kind as u64);
+    w.trace_park.set(kind as u64 + 1);
     // An actor being shut down while it unwinds must not block on something that may never
     // come; it yields instead and its caller's loop re-checks.
     // Acquire: pairs with the Release store of a stop request (`stop_all`, `request_stop`),
