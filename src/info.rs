@@ -480,8 +480,10 @@ pub(crate) fn dump_in(sh: &Shared, w: &mut dyn Write) -> io::Result<()> {
 /// Writes the scheduler threads' recent events (feature `smarm-trace`: spawn, resume, park
 /// with its reason, wake with the waker, migration, exit, panic, I/O readiness, cluster
 /// frames) as Chrome trace-event JSON to `path`: open it in <https://ui.perfetto.dev> or
-/// `chrome://tracing`. Each thread keeps its newest 65,536 events; an actor's run is a
-/// slice named after it (its registered name, if any), on the thread that ran it.
+/// `chrome://tracing`. Each thread keeps its newest 4,095 records by default
+/// (`Builder::trace_records`; a message hand-off between two actors, wake, park and resume,
+/// is one record); an actor's run is a slice named after it (its registered name, if any),
+/// on the thread that ran it.
 ///
 /// # Errors
 /// If the file cannot be written.

@@ -85,8 +85,9 @@ pub enum EventKind {
     /// An actor was created. `pid` = the new actor, `arg` = its parent's pid (0 = none).
     Spawn = 0,
     /// The scheduler switched into an actor. `pid` = the actor; `arg` = 0, or, as recorded by
-    /// the runtime, the park reason plus one of the actor that ran before it, whose `Park`
-    /// was merged into this record ([`expand`] splits the two again).
+    /// the runtime, what was merged into this record: in the low byte, the park reason plus
+    /// one of the actor that ran before it (its `Park`); with bit [`RESUME_WOKEN_BIT`], the
+    /// `Wake` of this actor that the one before made. [`expand`] splits them again.
     Resume = 1,
     /// An actor gave its thread back. `pid` = the actor, `arg` = the park reason code.
     Park = 2,
@@ -161,9 +162,16 @@ pub struct Record {
     pub arg: u64,
 }
 
+/// The bit of a runtime-recorded `Resume`'s `arg` that says the resumed actor's `Wake`, by
+/// the actor that ran before it, was merged into the record (see [`EventKind::Resume`]).
+pub const RESUME_WOKEN_BIT: u32 = 8;
+
 /// Bits of a slot's first word below the kind byte: the timestamp.
 const TSC_BITS: u32 = 56;
 const TSC_MASK: u64 = (1 << TSC_BITS) - 1;
+
+/// The most records a ring holds (larger requests are clamped): 2^32 - 1, 128 GiB of slots.
+pub const MAX_CAPACITY: usize = (1 << 32) - 1;
 
 /// Records that share one clock reading in [`TraceWriter::record_clocked`].
 pub const CLOCK_EVERY: u64 = 32;
@@ -200,12 +208,12 @@ pub struct TraceRing {
 }
 
 impl TraceRing {
-    /// A ring holding the latest `capacity_records` records (at least 1), rounded up to a
-    /// power of two minus one: it has a power of two of slots, one of which the record being
+    /// A ring holding the latest `capacity_records` records (at least 1, at most
+    /// [`MAX_CAPACITY`]), rounded up to a power of two minus one: it has a power of two of slots, one of which the record being
     /// written may occupy (see the module docs). This is the only allocation the ring ever
     /// makes: 32 bytes per slot.
     pub fn new(capacity_records: usize) -> TraceRing {
-        let slots = capacity_records.max(1).saturating_add(1).next_power_of_two();
+        let slots = capacity_records.clamp(1, MAX_CAPACITY).saturating_add(1).next_power_of_two();
         TraceRing {
             slots: (0..slots).map(|_| Slot::new()).collect(),
             mask: slots - 1,
@@ -421,9 +429,10 @@ impl fmt::Debug for TraceWriter {
 /// Restores what the recording side leaves out to keep its records few and cheap, in one
 /// thread's records (oldest first), from the actor each record finds running on the thread:
 ///
-/// - a `Resume` with a non-zero `arg` (the park reason plus one of the actor that ran before)
-///   becomes a `Park` of the running actor with that reason and a `Resume` with `arg` 0, at
-///   the same timestamp;
+/// - a `Resume` with a non-zero `arg` becomes, at the same timestamp, the `Wake` of its actor
+///   by the running one (if bit [`RESUME_WOKEN_BIT`] is set), a `Park` of the running actor
+///   with the reason in the low byte minus one (if that byte is not 0), and the `Resume`
+///   with `arg` 0;
 /// - a `Park` with `pid` 0 gets the running actor's;
 /// - a `Wake` or `Spawn` with `arg` 0 gets the running actor as its waker or parent.
 ///
@@ -434,13 +443,17 @@ pub fn expand(records: &mut Vec<Record>) {
     if !records.iter().any(needs_running) {
         return;
     }
-    let mut out = Vec::with_capacity(records.len() + records.len() / 2);
+    let mut out = Vec::with_capacity(records.len() * 2);
     let mut running = 0u64;
     for r in records.drain(..) {
         match r.kind {
             EventKind::Resume => {
-                if r.arg != 0 {
-                    out.push(Record { tsc: r.tsc, kind: EventKind::Park, pid: running, arg: r.arg - 1 });
+                if r.arg & (1 << RESUME_WOKEN_BIT) != 0 {
+                    out.push(Record { tsc: r.tsc, kind: EventKind::Wake, pid: r.pid, arg: running });
+                }
+                let park = r.arg & 0xff;
+                if park != 0 {
+                    out.push(Record { tsc: r.tsc, kind: EventKind::Park, pid: running, arg: park - 1 });
                 }
                 out.push(Record { arg: 0, ..r });
                 running = r.pid;
@@ -988,9 +1001,10 @@ mod tests {
             rec(20, Resume, X, 0),
             rec(30, Wake, Y, 0),
             rec(31, Spawn, Y, 0),
-            rec(40, Resume, Y, 3), // X parks on a channel (2), Y runs
-            rec(50, Park, 0, 1),   // Y parks on its mailbox
-            rec(60, Wake, X, 0),   // a wake from scheduler code
+            rec(40, Resume, Y, 3),                           // X parks on a channel (2), Y runs
+            rec(45, Resume, X, (1 << RESUME_WOKEN_BIT) | 1), // Y woke X and yielded
+            rec(50, Park, 0, 1),                             // X parks on its mailbox
+            rec(60, Wake, X, 0),                             // a wake from scheduler code
             rec(70, Resume, X, 0),
             rec(80, Exit, X, 0),
         ];
@@ -1004,7 +1018,10 @@ mod tests {
                 rec(31, Spawn, Y, X),
                 rec(40, Park, X, 2),
                 rec(40, Resume, Y, 0),
-                rec(50, Park, Y, 1),
+                rec(45, Wake, X, Y),
+                rec(45, Park, Y, 0),
+                rec(45, Resume, X, 0),
+                rec(50, Park, X, 1),
                 rec(60, Wake, X, 0),
                 rec(70, Resume, X, 0),
                 rec(80, Exit, X, 0),

@@ -127,6 +127,9 @@ pub(crate) struct Config {
     pub(crate) busy_poll: std::time::Duration,
     /// `Builder::cpu_time`: count each actor's CPU time (a clock read per switch).
     pub(crate) cpu_time: bool,
+    /// `Builder::trace_records`: events each scheduler thread's ring holds.
+    #[cfg(feature = "smarm-trace")]
+    pub(crate) trace_records: usize,
     /// `Builder::on_actor_panic`.
     pub(crate) on_actor_panic: Option<PanicHook>,
 }
@@ -234,6 +237,8 @@ pub struct Builder {
     threads_setup: ThreadSetup,
     busy_poll: std::time::Duration,
     cpu_time: bool,
+    #[cfg(feature = "smarm-trace")]
+    trace_records: usize,
     on_actor_panic: Option<PanicHook>,
 }
 
@@ -252,6 +257,8 @@ impl Default for Builder {
             threads_setup: ThreadSetup::default(),
             busy_poll: std::time::Duration::ZERO,
             cpu_time: false,
+            #[cfg(feature = "smarm-trace")]
+            trace_records: DEFAULT_TRACE_RECORDS,
             on_actor_panic: None,
         }
     }
@@ -355,6 +362,23 @@ impl Builder {
     /// ```
     pub fn cpu_time(mut self, on: bool) -> Self {
         self.cpu_time = on;
+        self
+    }
+    /// How many of its latest events each scheduler thread's trace ring keeps (feature
+    /// `smarm-trace`; default 4,095, about 128 KiB per thread). Rounded up to a power of two
+    /// minus one (at least 1); each takes 32 bytes, allocated when the runtime starts. A
+    /// larger ring holds a longer past for `info::write_trace`, at a price on every event:
+    /// the ring is written through the CPU's caches, and one bigger than they are evicts the
+    /// actors' own data (a 65,535-event ring, 2 MiB, costs a message round trip between two
+    /// actors about a fifth more than the default; outputs/history.md).
+    ///
+    /// ```
+    /// let rt = smarm::Runtime::builder().trace_records(1 << 20).build().unwrap();
+    /// rt.run(|| ()).unwrap();
+    /// ```
+    #[cfg(feature = "smarm-trace")]
+    pub fn trace_records(mut self, events: usize) -> Self {
+        self.trace_records = events;
         self
     }
     /// How long actors still running when the root returns have to end after being told
@@ -573,6 +597,8 @@ impl Builder {
                 threads_setup: self.threads_setup,
                 busy_poll: self.busy_poll,
                 cpu_time: self.cpu_time,
+                #[cfg(feature = "smarm-trace")]
+                trace_records: self.trace_records,
                 on_actor_panic: self.on_actor_panic,
             },
             cell: Arc::new(RuntimeCell::default()),
@@ -679,10 +705,10 @@ impl Runtime {
     }
 }
 
-/// Records per scheduler thread in its event ring (feature `smarm-trace`): 32 bytes each, so
-/// 2 MiB per thread; the newest overwrite the oldest.
+/// Events each scheduler thread's ring keeps by default (`Builder::trace_records`): 4,096
+/// slots of 32 bytes, 128 KiB per thread; the newest overwrite the oldest.
 #[cfg(feature = "smarm-trace")]
-pub(crate) const TRACE_RECORDS_PER_THREAD: usize = 1 << 16;
+pub(crate) const DEFAULT_TRACE_RECORDS: usize = (1 << 12) - 1;
 
 /// A spawn's trace event, on the spawning thread's ring if it is a scheduler thread of this
 /// runtime (a spawn from outside is not traced).
@@ -835,7 +861,7 @@ impl Shared {
             thread_stats: (0..config.threads).map(|_| CachePadded(stats::ThreadStats::default())).collect(),
             #[cfg(feature = "smarm-trace")]
             trace_rings: (0..config.threads)
-                .map(|_| Arc::new(crate::trace_ring::TraceRing::new(TRACE_RECORDS_PER_THREAD)))
+                .map(|_| Arc::new(crate::trace_ring::TraceRing::new(config.trace_records)))
                 .collect(),
             inboxes: (0..config.threads).map(|_| CachePadded(Inbox::default())).collect(),
             timers: Timers::new(),
@@ -1147,9 +1173,10 @@ impl Shared {
             let w = unsafe { &*w };
             if core::ptr::eq(w.shared_ptr(), self) {
                 stats::LocalCounts::bump(&w.counts.wakes);
-                // The waker is the actor running on this thread (0: the exporter tells it).
+                // Held back: see `Worker::trace_wake`. The waker is the actor running on this
+                // thread (the exporter tells it).
                 #[cfg(feature = "smarm-trace")]
-                w.trace(crate::trace_ring::EventKind::Wake, worker::packed_pid(slot, index), 0);
+                w.trace_wake(worker::packed_pid(slot, index));
                 if let Some(displaced) = w.put_in_wake_slot(index) {
                     // Not woken: this thread is awake and reaches its local queue itself
                     // (after `lifo_run_limit` slot runs at the latest); a sleeper is nudged

@@ -203,6 +203,10 @@ pub(crate) struct Worker {
     /// first as a `Park` (see [`Worker::trace`]).
     #[cfg(feature = "smarm-trace")]
     trace_park: Cell<u64>,
+    /// The actor (packed pid) woken on this thread and not yet recorded (0: none); see
+    /// [`Worker::trace_wake`].
+    #[cfg(feature = "smarm-trace")]
+    trace_wake_pid: Cell<u64>,
     /// `Builder::cpu_time`, copied here from the configuration (read at every resume).
     pub(super) cpu_time: bool,
     /// `Builder::cpu_time`: the actor whose CPU time runs since `cpu_stamp` (null: none).
@@ -284,10 +288,10 @@ impl Worker {
                 self.run_actor(i);
                 continue;
             }
-            // The last actor's held-back park is recorded now, at the time it happened,
-            // not at the next resume after an idle spell.
+            // What the last actor did and was held back is recorded now, at the time it
+            // happened, not at the next resume after an idle spell.
             #[cfg(feature = "smarm-trace")]
-            self.flush_park();
+            self.flush_held();
             if self.shared.lifecycle.is_finished() {
                 return;
             }
@@ -403,19 +407,27 @@ impl Worker {
     /// their order is exact and their times are interpolated within a few microseconds.
     ///
     /// Records leave out what the exporter can tell from the actor running on the thread
-    /// (`trace_ring::expand`): a park is held back and merged with the next resume, and wakes
-    /// and spawns do not name the actor that made them.
+    /// (`trace_ring::expand`): wakes and spawns do not name the actor that made them, and a
+    /// park and a wake are held back ([`Worker::trace_wake`]) and, in the common case of a
+    /// message hand-off (the running actor wakes another and parks, and the thread resumes
+    /// the one it woke), merged into the resume's record: one record per message, not three.
     #[cfg(feature = "smarm-trace")]
     #[inline(always)]
     pub(crate) fn trace(&self, kind: crate::trace_ring::EventKind, pid: u64, arg: u64) {
-        self.flush_park();
+        self.flush_held();
         self.trace.record_clocked(kind, pid, arg, crate::context::rdtsc);
     }
 
-    /// Records the held-back park, if any, as a `Park` of the actor that was running.
+    /// Records what is held back, in the order it happened: a held wake always came before a
+    /// held park (a wake flushes a held park before it is held itself).
     #[cfg(feature = "smarm-trace")]
     #[inline(always)]
-    fn flush_park(&self) {
+    pub(super) fn flush_held(&self) {
+        let wake = self.trace_wake_pid.get();
+        if wake != 0 {
+            self.trace_wake_pid.set(0);
+            self.trace.record_clocked(crate::trace_ring::EventKind::Wake, wake, 0, crate::context::rdtsc);
+        }
         let park = self.trace_park.get();
         if park != 0 {
             self.trace_park.set(0);
@@ -423,14 +435,29 @@ impl Worker {
         }
     }
 
-    /// Records the resume of actor `index` (in `slot`), with the held-back park of the actor
-    /// that ran before, if any, in its `arg` (see `trace_ring::EventKind::Resume`).
+    /// A wake of actor `pid` (packed) made on this thread: held back, to be merged into the
+    /// resume of that actor if it is the next thing this thread records.
+    #[cfg(feature = "smarm-trace")]
+    #[inline(always)]
+    pub(crate) fn trace_wake(&self, pid: u64) {
+        self.flush_held();
+        self.trace_wake_pid.set(pid);
+    }
+
+    /// Records the resume of actor `index` (in `slot`), with what is held back: the park of
+    /// the actor that ran before (its reason plus one in the low byte of `arg`) and, if this
+    /// actor is the one it woke, that wake (`RESUME_WOKEN` in `arg`); a held wake of another
+    /// actor is recorded first on its own (see `trace_ring::EventKind::Resume`).
     #[cfg(feature = "smarm-trace")]
     #[inline(always)]
     fn trace_resume(&self, slot: &Slot, index: u32) {
-        let park = self.trace_park.replace(0);
         let pid = packed_pid(slot, index);
-        self.trace.record_clocked(crate::trace_ring::EventKind::Resume, pid, park, crate::context::rdtsc);
+        let wake = self.trace_wake_pid.replace(0);
+        if wake != 0 && wake != pid {
+            self.trace.record_clocked(crate::trace_ring::EventKind::Wake, wake, 0, crate::context::rdtsc);
+        }
+        let arg = self.trace_park.replace(0) | (u64::from(wake == pid) << crate::trace_ring::RESUME_WOKEN_BIT);
+        self.trace.record_clocked(crate::trace_ring::EventKind::Resume, pid, arg, crate::context::rdtsc);
     }
 
     /// This thread's counters.
@@ -905,6 +932,8 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         trace,
         #[cfg(feature = "smarm-trace")]
         trace_park: Cell::new(0),
+        #[cfg(feature = "smarm-trace")]
+        trace_wake_pid: Cell::new(0),
         cpu_time,
         cpu_last: Cell::new(core::ptr::null()),
         cpu_stamp: Cell::new(0),
