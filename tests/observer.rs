@@ -522,6 +522,56 @@ fn keep_alive_and_pipelined_requests_are_answered_in_order() {
 }
 
 #[test]
+fn processes_come_in_sorted_filtered_pages_and_the_acceptor_is_named() {
+    with_observer(
+        Observer::builder(),
+        || (0..5).map(|i| napper(&format!("paged_{i}"))).collect::<Vec<_>>(),
+        |addr, pids| {
+            let all = get(addr, "/api/processes").json();
+            let n = all.arr().len();
+            assert!(n >= 6, "{n} processes");
+            // Filtered by name: the five nappers, in pid order, two at a time.
+            let page = |q: &str| {
+                let r = get(addr, &format!("/api/processes?{q}"));
+                assert_eq!(r.status, 200, "{q}: {}", r.body);
+                r.json()
+            };
+            let first = page("filter=PAGED_&limit=2");
+            assert_eq!(first.get("total").num(), 5.0);
+            assert_eq!(first.get("offset").num(), 0.0);
+            let names = |p: &J| -> Vec<String> {
+                p.get("processes").arr().iter().map(|e| e.get("name").str().to_string()).collect()
+            };
+            assert_eq!(names(&first), ["paged_0", "paged_1"]);
+            assert_eq!(names(&page("filter=paged_&limit=2&offset=4")), ["paged_4"]);
+            assert!(page("filter=paged_&offset=9").get("processes").arr().is_empty());
+            // Sorted by name, descending; by pid, the first listed is the lowest.
+            assert_eq!(names(&page("filter=paged_&sort=name&order=desc&limit=1")), ["paged_4"]);
+            // (Each request comes on a connection of its own, served by an actor of its own:
+            // the count moves between requests, so it is checked within one answer.)
+            let by_pid = page("sort=pid&limit=100000");
+            assert_eq!(by_pid.get("total").num(), by_pid.get("processes").arr().len() as f64);
+            let listed: Vec<&str> = by_pid.get("processes").arr().iter().map(|e| e.get("pid").str()).collect();
+            let at = |pid: smarm::Pid| listed.iter().position(|&p| p == pid.to_string()).expect("listed");
+            assert!(at(pids[0]) < at(pids[4]));
+            // A filter on a pid finds it.
+            let one = page(&format!("filter={}", enc(pids[2])));
+            assert_eq!(names(&one), ["paged_2"]);
+            // Bad queries are refused with a reason.
+            for bad in ["limit=0x10", "sort=size", "order=sideways", "nonsense=1", "limit=1000000"] {
+                let r = get(addr, &format!("/api/processes?{bad}"));
+                assert_eq!(r.status, 400, "{bad}");
+                assert!(!r.json().get("error").str().is_empty());
+            }
+            // The observer's own acceptor is registered under a name that says what it is.
+            let reg = get(addr, "/api/registered").json();
+            let name = format!("smarm_observer@{addr}");
+            assert!(reg.arr().iter().any(|e| e.get("name").str() == name), "{} not in {reg:?}", name);
+        },
+    );
+}
+
+#[test]
 fn schedulers_registered_pg_nodes_and_config_have_their_fields() {
     with_observer(
         Observer::builder(),

@@ -87,7 +87,7 @@ pub(super) fn route(req: &Request<'_>, allow_kill: bool) -> Reply {
             o.end();
             only(req, Method::Get).unwrap_or_else(|| Reply::json(s))
         }
-        "/api/processes" => get(processes),
+        "/api/processes" => only(req, Method::Get).unwrap_or_else(|| processes_page(req.query)),
         "/api/schedulers" => get(schedulers),
         "/api/registered" => get(registered),
         "/api/pg" => get(pg),
@@ -187,15 +187,145 @@ fn process_obj(out: &mut String, p: &ProcessInfo, full: bool) {
     o.end();
 }
 
-fn processes() -> String {
-    let procs = info::processes();
-    let mut s = String::with_capacity(64 + procs.len() * 400);
-    let mut a = Arr::new(&mut s);
-    for p in &procs {
+/// Every process, as an array; or, with a query, one page of them:
+/// `?limit=N&offset=M&sort=KEY&order=asc|desc&filter=TEXT` (every part optional; `limit`
+/// 1 to [`MAX_PAGE`], default 500), as `{"total", "offset", "processes"}` where `total`
+/// counts the processes that pass the filter (a case-insensitive substring of the pid, the
+/// registered name or the closure type). `KEY`: pid (default), name, state, mailbox,
+/// resumes, cpu, memory (stack pages); the order defaults to ascending for pid and name,
+/// descending for the rest.
+fn processes_page(query: &str) -> Reply {
+    let mut procs = info::processes();
+    if query.is_empty() {
+        let mut s = String::with_capacity(64 + procs.len() * 400);
+        let mut a = Arr::new(&mut s);
+        for p in &procs {
+            process_obj(a.item(), p, false);
+        }
+        a.end();
+        return Reply::json(s);
+    }
+    let page = match Page::parse(query) {
+        Ok(page) => page,
+        Err(why) => return Reply::error(Status::BadRequest, &why),
+    };
+    if !page.filter.is_empty() {
+        procs.retain(|p| page.matches(p));
+    }
+    procs.sort_by(|a, b| {
+        let o = page.sort.cmp(a, b);
+        (if page.descending { o.reverse() } else { o }).then_with(|| a.pid.index().cmp(&b.pid.index()))
+    });
+    let total = procs.len();
+    let shown = procs.iter().skip(page.offset).take(page.limit);
+    let mut s = String::with_capacity(64 + page.limit.min(total) * 400);
+    let mut o = Obj::new(&mut s);
+    o.num("total", total as u64).num("offset", page.offset as u64);
+    let mut a = Arr::new(o.key("processes"));
+    for p in shown {
         process_obj(a.item(), p, false);
     }
     a.end();
-    s
+    o.end();
+    Reply::json(s)
+}
+
+/// The largest page of `/api/processes`.
+const MAX_PAGE: usize = 100_000;
+
+/// A `/api/processes` page request (see [`processes_page`]).
+#[derive(Debug, PartialEq)]
+struct Page {
+    limit: usize,
+    offset: usize,
+    sort: SortKey,
+    descending: bool,
+    /// Lower-case.
+    filter: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SortKey {
+    Pid,
+    Name,
+    State,
+    Mailbox,
+    Resumes,
+    Cpu,
+    Memory,
+}
+
+impl SortKey {
+    fn cmp(self, a: &ProcessInfo, b: &ProcessInfo) -> std::cmp::Ordering {
+        match self {
+            SortKey::Pid => a.pid.index().cmp(&b.pid.index()),
+            // Unnamed last, as the page sorts them.
+            SortKey::Name => (a.name.is_none(), &a.name).cmp(&(b.name.is_none(), &b.name)),
+            SortKey::State => state_name(a).cmp(&state_name(b)),
+            SortKey::Mailbox => a.mailbox_len.cmp(&b.mailbox_len),
+            SortKey::Resumes => a.resumes.cmp(&b.resumes),
+            SortKey::Cpu => a.cpu_time.cmp(&b.cpu_time),
+            SortKey::Memory => a.stack_pages.cmp(&b.stack_pages),
+        }
+    }
+}
+
+fn state_name(p: &ProcessInfo) -> (&'static str, &'static str) {
+    match p.state {
+        ProcessState::Running => ("running", ""),
+        ProcessState::Runnable => ("runnable", ""),
+        ProcessState::Parked { kind, .. } => ("parked", kind.name()),
+        ProcessState::Exiting => ("exiting", ""),
+    }
+}
+
+impl Page {
+    fn parse(query: &str) -> Result<Page, String> {
+        let mut page = Page { limit: 500, offset: 0, sort: SortKey::Pid, descending: false, filter: String::new() };
+        let mut order = None;
+        for part in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = part.split_once('=').unwrap_or((part, ""));
+            // A form-encoded space is `+`.
+            let value = percent_decode(&value.replace('+', " ")).ok_or_else(|| format!("bad escape in {key}"))?;
+            let number = |max: usize| match value.parse::<usize>() {
+                Ok(n) if n <= max => Ok(n),
+                _ => Err(format!("{key} must be a number up to {max}")),
+            };
+            match key {
+                "limit" => page.limit = number(MAX_PAGE)?.max(1),
+                "offset" => page.offset = number(usize::MAX)?,
+                "sort" => {
+                    page.sort = match value.as_str() {
+                        "pid" => SortKey::Pid,
+                        "name" => SortKey::Name,
+                        "state" => SortKey::State,
+                        "mailbox" => SortKey::Mailbox,
+                        "resumes" => SortKey::Resumes,
+                        "cpu" => SortKey::Cpu,
+                        "memory" => SortKey::Memory,
+                        _ => return Err("sort must be one of pid, name, state, mailbox, resumes, cpu, memory".into()),
+                    }
+                }
+                "order" => {
+                    order = Some(match value.as_str() {
+                        "asc" => false,
+                        "desc" => true,
+                        _ => return Err("order must be asc or desc".into()),
+                    })
+                }
+                "filter" => page.filter = value.to_lowercase(),
+                _ => return Err(format!("unknown parameter {key}")),
+            }
+        }
+        page.descending = order.unwrap_or(!matches!(page.sort, SortKey::Pid | SortKey::Name));
+        Ok(page)
+    }
+
+    fn matches(&self, p: &ProcessInfo) -> bool {
+        p.pid.to_string().contains(&self.filter)
+            || p.name.as_deref().is_some_and(|n| n.to_lowercase().contains(&self.filter))
+            || p.closure_type.is_some_and(|t| t.to_lowercase().contains(&self.filter))
+    }
 }
 
 fn schedulers() -> String {
@@ -327,7 +457,22 @@ fn nodes() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::host_is_address;
+    use super::{host_is_address, Page, SortKey};
+
+    #[test]
+    fn page_queries_parse_and_bad_ones_are_refused() {
+        let p = Page::parse("limit=20&offset=40&sort=mailbox&filter=My+Server%21").unwrap();
+        assert_eq!(
+            p,
+            Page { limit: 20, offset: 40, sort: SortKey::Mailbox, descending: true, filter: "my server!".into() }
+        );
+        let p = Page::parse("sort=name").unwrap();
+        assert_eq!((p.limit, p.sort, p.descending), (500, SortKey::Name, false));
+        assert!(Page::parse("sort=cpu&order=asc").is_ok_and(|p| !p.descending));
+        for bad in ["limit=x", "limit=100001", "sort=size", "order=up", "page=2", "filter=%zz", "offset=-1"] {
+            assert!(Page::parse(bad).is_err(), "accepted {bad:?}");
+        }
+    }
 
     #[test]
     fn kill_hosts_must_be_addresses_or_localhost() {

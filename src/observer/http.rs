@@ -21,6 +21,8 @@ pub(crate) struct Request<'a> {
     pub(crate) method: &'a str,
     /// The request target's path, without the query string.
     pub(crate) path: &'a str,
+    /// The query string (after `?`, still percent-encoded); empty if none.
+    pub(crate) query: &'a str,
     /// Bytes of the head (request line, headers, blank line) plus the body.
     pub(crate) len: usize,
     /// Close the connection after answering (`Connection: close`, or HTTP/1.0 without
@@ -133,8 +135,8 @@ pub(crate) fn parse(buf: &[u8]) -> Parsed<'_> {
     if buf.len() - head_len < body {
         return Parsed::Partial;
     }
-    let path = target.split_once('?').map_or(target, |(p, _)| p);
-    Parsed::Request(Request { method, path, len: head_len + body, close, observer_header, host })
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    Parsed::Request(Request { method, path, query, len: head_len + body, close, observer_header, host })
 }
 
 /// `METHOD SP /target SP HTTP/1.x` → (method, target, x).

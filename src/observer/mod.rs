@@ -23,6 +23,7 @@
 //! | `GET /` | the page |
 //! | `GET /api/config` | `{allow_kill, version, node}` |
 //! | `GET /api/processes` | every actor: `{pid, name, state, wait, at, mailbox, message_type, resumes, cpu_us, stack_pages, stack_size, links, monitored_by, monitors_unknown, trap_exit, parent, spawned_at, closure_type, groups}` (`links`, `monitored_by`: counts) |
+//! | `GET /api/processes?limit=N&offset=M&sort=KEY&order=asc\|desc&filter=TEXT` | one page of them, sorted (`KEY`: pid, name, state, mailbox, resumes, cpu, memory) and filtered (pid, name or closure type): `{total, offset, processes}`; each part optional, `limit` 1 to 100,000 (default 500); what the page uses |
 //! | `GET /api/process/<pid>` | one actor (pid as `<0.5.1>`, URL-encoded, or `0.5.1`), with `links` and `monitored_by` as pid lists; 404 if not live |
 //! | `GET /api/schedulers` | per thread: `{index, uptime_us, busy_us, idle_us, migrations, parks, wakes, steals, polls, sleeps}` |
 //! | `GET /api/registered` | `[{name, pid}]` |
@@ -239,6 +240,10 @@ impl ObserverBuilder {
         });
         let st = state.clone();
         let acceptor = try_spawn(move || accept_loop(listener, st)).map_err(io::Error::other)?;
+        // Named, so that the observer's own table says what it is. (Its connection actors
+        // come and go with each browser connection: the closure type names them.) A name
+        // already taken is no reason to fail.
+        let _ = crate::registry::register(format!("smarm_observer@{addr}"), acceptor.pid());
         Ok(Observer { addr, acceptor: Some(acceptor), state, handle })
     }
 }
