@@ -127,7 +127,7 @@ pub(crate) struct Config {
     pub(crate) busy_poll: std::time::Duration,
     /// `Builder::cpu_time`: count each actor's CPU time (a clock read per switch).
     pub(crate) cpu_time: bool,
-    /// `Builder::trace_records`: events each scheduler thread's ring holds.
+    /// `Builder::trace_records`: records each scheduler thread's ring holds.
     #[cfg(feature = "smarm-trace")]
     pub(crate) trace_records: usize,
     /// `Builder::on_actor_panic`.
@@ -364,21 +364,22 @@ impl Builder {
         self.cpu_time = on;
         self
     }
-    /// How many of its latest events each scheduler thread's trace ring keeps (feature
-    /// `smarm-trace`; default 4,095, about 128 KiB per thread). Rounded up to a power of two
-    /// minus one (at least 1); each takes 32 bytes, allocated when the runtime starts. A
-    /// larger ring holds a longer past for `info::write_trace`, at a price on every event:
-    /// the ring is written through the CPU's caches, and one bigger than they are evicts the
-    /// actors' own data (a 65,535-event ring, 2 MiB, costs a message round trip between two
-    /// actors about a fifth more than the default; outputs/history.md).
+    /// How many of its latest records each scheduler thread's trace ring keeps (feature
+    /// `smarm-trace`; default 4,095, 128 KiB per thread; a message hand-off between two actors
+    /// is one record). Rounded up to a power of two minus one (at least 1, at most 2^32 - 1);
+    /// each takes 32 bytes, allocated when the runtime starts. A larger ring holds a longer
+    /// past for `info::write_trace`, at a price on every event: the ring is written through
+    /// the CPU's caches, and one bigger than they are evicts the actors' own data (with a
+    /// 65,535-record ring, 2 MiB, a message round trip between two actors cost 8-20% more
+    /// than with the default: outputs/history.md, finding 53).
     ///
     /// ```
     /// let rt = smarm::Runtime::builder().trace_records(1 << 20).build().unwrap();
     /// rt.run(|| ()).unwrap();
     /// ```
     #[cfg(feature = "smarm-trace")]
-    pub fn trace_records(mut self, events: usize) -> Self {
-        self.trace_records = events;
+    pub fn trace_records(mut self, records: usize) -> Self {
+        self.trace_records = records;
         self
     }
     /// How long actors still running when the root returns have to end after being told
@@ -705,7 +706,7 @@ impl Runtime {
     }
 }
 
-/// Events each scheduler thread's ring keeps by default (`Builder::trace_records`): 4,096
+/// Records each scheduler thread's ring keeps by default (`Builder::trace_records`): 4,096
 /// slots of 32 bytes, 128 KiB per thread; the newest overwrite the oldest.
 #[cfg(feature = "smarm-trace")]
 pub(crate) const DEFAULT_TRACE_RECORDS: usize = (1 << 12) - 1;

@@ -446,7 +446,7 @@ impl Worker {
 
     /// Records the resume of actor `index` (in `slot`), with what is held back: the park of
     /// the actor that ran before (its reason plus one in the low byte of `arg`) and, if this
-    /// actor is the one it woke, that wake (`RESUME_WOKEN` in `arg`); a held wake of another
+    /// actor is the one it woke, that wake (bit `RESUME_WOKEN_BIT` of `arg`); a held wake of another
     /// actor is recorded first on its own (see `trace_ring::EventKind::Resume`).
     #[cfg(feature = "smarm-trace")]
     #[inline(always)]
