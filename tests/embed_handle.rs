@@ -202,7 +202,18 @@ fn runtime_threads_carry_the_builders_name_and_run_its_hooks() {
     let (names, blocking_name) = rt
         .run(|| {
             let blocking = smarm::spawn_blocking(|| std::thread::current().name().map(str::to_string)).join().unwrap();
-            (thread_names(), blocking)
+            // A new thread names itself when it starts running: until then /proc shows it
+            // under its creator's name. Look again until both scheduler threads have (a
+            // bounded number of times, so that a missing name fails instead of hanging).
+            let mut names = thread_names();
+            for _ in 0..100_000 {
+                if ["embedtest-1", "embedtest-2"].iter().all(|w| names.iter().any(|n| n == w)) {
+                    break;
+                }
+                smarm::yield_now();
+                names = thread_names();
+            }
+            (names, blocking)
         })
         .unwrap();
     assert!(names.iter().any(|n| n == "embedtest-1"), "{names:?}");
