@@ -247,14 +247,8 @@ use crate::context::tsc_duration as ticks_to_duration;
 pub(crate) fn schedulers_in(sh: &Shared) -> Vec<SchedulerInfo> {
     // The calling thread's own counters are current (the others' lag by up to a
     // scheduling round: see `runtime::stats`).
-    let w = current_worker();
-    if !w.is_null() {
-        // SAFETY: a non-null worker pointer is this thread's live worker; not held across
-        // a switch.
-        let w = unsafe { &*w };
-        if core::ptr::eq(w.shared_ptr(), sh) {
-            w.publish_counts();
-        }
+    if let Some(w) = sh.local_worker() {
+        w.publish_counts();
     }
     let now = crate::context::rdtsc();
     sh.thread_stats

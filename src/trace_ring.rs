@@ -8,8 +8,8 @@
 //!   [`TraceRing::new`]) plus the count of records ever written. Shared (`Sync`) so that any
 //!   thread may read it; usually held in an `Arc` by the scheduler and by a registry.
 //! - [`TraceWriter`]: the one handle that can record into a ring. The scheduler thread that
-//!   owns the ring keeps it in its own state and calls [`TraceWriter::record`] on its hot
-//!   paths (resume, park, wake, ...).
+//!   owns the ring keeps it in its own state and calls [`TraceWriter::record_clocked`] on
+//!   its hot paths (resume, park, wake, ...).
 //! - [`TraceRing::snapshot`]: a reader that copies out the consistent records, from any
 //!   thread, at any time, without ever blocking or slowing down the writer beyond sharing
 //!   cache lines.
@@ -209,9 +209,9 @@ pub struct TraceRing {
 
 impl TraceRing {
     /// A ring holding the latest `capacity_records` records (at least 1, at most
-    /// [`MAX_CAPACITY`]), rounded up to a power of two minus one: it has a power of two of slots, one of which the record being
-    /// written may occupy (see the module docs). This is the only allocation the ring ever
-    /// makes: 32 bytes per slot.
+    /// [`MAX_CAPACITY`]), rounded up to a power of two minus one: it has a power of two of
+    /// slots, one of which the record being written may occupy (see the module docs). This is
+    /// the only allocation the ring ever makes: 32 bytes per slot.
     pub fn new(capacity_records: usize) -> TraceRing {
         let slots = capacity_records.clamp(1, MAX_CAPACITY).saturating_add(1).next_power_of_two();
         TraceRing {
@@ -350,7 +350,7 @@ impl TraceWriter {
     /// plain stores, no locks, no allocation, no read-modify-write atomics. `tsc` must be
     /// below 2^56 (the kind is stored above it).
     #[inline]
-    #[allow(dead_code)] // part of the writer's API (the tests'); the runtime records clocked
+    #[cfg(test)] // the runtime records clocked (`record_clocked`)
     pub fn record(&self, tsc: u64, kind: EventKind, pid: u64, arg: u64) {
         let ring = &*self.ring;
         // Relaxed: only this writer stores `written` (a previous writer's stores were ordered
@@ -359,10 +359,11 @@ impl TraceWriter {
         Self::write(ring, n, tsc, kind, pid, arg);
     }
 
-    /// [`record`](Self::record) with a shared timestamp: every [`CLOCK_EVERY`]-th record (by
-    /// record number) takes a fresh reading from `clock`, the others repeat the last one (or
-    /// the one given to [`set_clock`](Self::set_clock) since). A reader spreads records that
-    /// share a reading up to the next.
+    /// Appends an event as `record` (the tests' form, with an explicit timestamp) does, with
+    /// a shared timestamp: every [`CLOCK_EVERY`]-th record (by record number) takes a fresh
+    /// reading from `clock`, the others repeat the last one (or the one given to
+    /// [`set_clock`](Self::set_clock) since). A reader spreads records that share a reading
+    /// up to the next.
     #[inline(always)]
     pub fn record_clocked(&self, kind: EventKind, pid: u64, arg: u64, clock: impl FnOnce() -> u64) {
         let ring = &*self.ring;

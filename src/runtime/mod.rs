@@ -715,13 +715,7 @@ pub(crate) const DEFAULT_TRACE_RECORDS: usize = (1 << 12) - 1;
 /// runtime (a spawn from outside is not traced).
 #[cfg(feature = "smarm-trace")]
 fn trace_spawn(sh: &Shared, pid: Pid) {
-    let w = current_worker();
-    if w.is_null() {
-        return;
-    }
-    // SAFETY: this thread's live worker, used before any switch.
-    let w = unsafe { &*w };
-    if core::ptr::eq(w.shared_ptr(), sh) {
+    if let Some(w) = sh.local_worker() {
         // The parent is the actor running on this thread (0: the exporter tells it).
         w.trace(crate::trace_ring::EventKind::Spawn, worker::pack(pid), 0);
     }
@@ -1111,23 +1105,18 @@ impl Shared {
     /// stored after the publication but before the child can run (it is not queued yet); a
     /// report read meanwhile shows none.
     fn push_spawned(&self, slot: &Slot, index: u32) {
-        let w = current_worker();
-        if !w.is_null() {
-            // SAFETY: this thread's live worker (no switch while we use it).
-            let w = unsafe { &*w };
-            if core::ptr::eq(w.shared_ptr(), self) {
-                let i = w.current.get();
-                // Relaxed: the running actor's generation cannot change under it.
-                let parent = if i == worker::NONE {
-                    0
-                } else {
-                    (u64::from(i) << 32) | (self.slab.slot(i).state.load(Ordering::Relaxed) >> 32)
-                };
-                // Relaxed: a report (see `Probe`).
-                slot.probe.parent.store(parent, Ordering::Relaxed);
-                w.push_local(index);
-                return;
-            }
+        if let Some(w) = self.local_worker() {
+            let i = w.current.get();
+            // Relaxed: the running actor's generation cannot change under it.
+            let parent = if i == worker::NONE {
+                0
+            } else {
+                (u64::from(i) << 32) | (self.slab.slot(i).state.load(Ordering::Relaxed) >> 32)
+            };
+            // Relaxed: a report (see `Probe`).
+            slot.probe.parent.store(parent, Ordering::Relaxed);
+            w.push_local(index);
+            return;
         }
         // Relaxed: a report (see `Probe`).
         slot.probe.parent.store(0, Ordering::Relaxed);
@@ -1167,28 +1156,37 @@ impl Shared {
             }
             return;
         }
-        let w = current_worker();
-        if !w.is_null() {
-            // SAFETY: the worker pointer of this thread is valid while the thread runs
-            // scheduler or actor code; we do not hold it across a switch.
-            let w = unsafe { &*w };
-            if core::ptr::eq(w.shared_ptr(), self) {
-                stats::LocalCounts::bump(&w.counts.wakes);
-                // Held back: see `Worker::trace_wake`. The waker is the actor running on this
-                // thread (the exporter tells it).
-                #[cfg(feature = "smarm-trace")]
-                w.trace_wake(worker::packed_pid(slot, index));
-                if let Some(displaced) = w.put_in_wake_slot(index) {
-                    // Not woken: this thread is awake and reaches its local queue itself
-                    // (after `lifo_run_limit` slot runs at the latest); a sleeper is nudged
-                    // when a queue is found holding more than one job.
-                    w.push_local(displaced);
-                }
-                return;
+        if let Some(w) = self.local_worker() {
+            stats::LocalCounts::bump(&w.counts.wakes);
+            // Held back: see `Worker::trace_wake`. The waker is the actor running on this
+            // thread (the exporter tells it).
+            #[cfg(feature = "smarm-trace")]
+            w.trace_wake(worker::packed_pid(slot, index));
+            if let Some(displaced) = w.put_in_wake_slot(index) {
+                // Not woken: this thread is awake and reaches its local queue itself
+                // (after `lifo_run_limit` slot runs at the latest); a sleeper is nudged
+                // when a queue is found holding more than one job.
+                w.push_local(displaced);
             }
+            return;
         }
         self.run_queue.push_from(index, None);
         self.wake_one();
+    }
+
+    /// This thread's worker, if the thread is one of this runtime's scheduler threads (in
+    /// scheduler code or running an actor). Callers use it before any switch and drop it:
+    /// after a switch the actor may run on another thread, whose worker this is not.
+    #[inline(always)]
+    pub(crate) fn local_worker(&self) -> Option<&worker::Worker> {
+        let w = current_worker();
+        if w.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null worker pointer is this thread's live worker, valid while the
+        // thread runs scheduler or actor code; the callers do not hold it across a switch.
+        let w = unsafe { &*w };
+        core::ptr::eq(w.shared_ptr(), self).then_some(w)
     }
 
     /// A retired actor's bookkeeping; called by its scheduler thread once its stack is free.
