@@ -520,6 +520,16 @@ impl Slab {
         &self.slots[index as usize]
     }
 
+    /// The slot at `index`, without the bounds check (the spawn path's parent lookup).
+    ///
+    /// # Safety
+    /// `index` is in range: an index this slab handed out.
+    #[inline(always)]
+    pub(crate) unsafe fn slot_unchecked(&self, index: u32) -> &Slot {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.slots.get_unchecked(index as usize) }
+    }
+
     /// The slot at `index`, if in range (a pid from another runtime may not be).
     #[inline]
     pub(crate) fn try_slot(&self, index: u32) -> Option<&Slot> {

@@ -1096,14 +1096,15 @@ impl Shared {
         r
     }
 
-    /// Queues a newly spawned actor: on the spawning thread's local queue when the spawner
-    /// runs on a scheduler thread of this runtime (FIFO with that thread's other work, so a
-    /// spawner that is preempted queues behind its children; idle threads steal), else on
-    /// the shared queue. The caller then wakes a sleeper.
-    /// Queues a new actor (`index`, in `slot`), and records its parent: the running actor of
-    /// this thread, if the spawn is made by one of this runtime's actors. The parent is
-    /// stored after the publication but before the child can run (it is not queued yet); a
-    /// report read meanwhile shows none.
+    /// Queues a newly spawned actor (`index`, in `slot`): on the spawning thread's local
+    /// queue when the spawner runs on a scheduler thread of this runtime (FIFO with that
+    /// thread's other work, so a spawner that is preempted queues behind its children; idle
+    /// threads steal), else on the shared queue. The caller then wakes a sleeper.
+    ///
+    /// Also records the new actor's parent: the running actor of this thread, if the spawn
+    /// is made by one of this runtime's actors. The parent is stored after the publication
+    /// but before the child can run (it is not queued yet); a report read meanwhile shows
+    /// none.
     fn push_spawned(&self, slot: &Slot, index: u32) {
         if let Some(w) = self.local_worker() {
             let i = w.current.get();
@@ -1111,7 +1112,10 @@ impl Shared {
             let parent = if i == worker::NONE {
                 0
             } else {
-                (u64::from(i) << 32) | (self.slab.slot(i).state.load(Ordering::Relaxed) >> 32)
+                // SAFETY: `i` is the running actor of one of this runtime's workers
+                // (`local_worker` checked whose), an index its slab handed out.
+                let running = unsafe { self.slab.slot_unchecked(i) };
+                (u64::from(i) << 32) | (running.state.load(Ordering::Relaxed) >> 32)
             };
             // Relaxed: a report (see `Probe`).
             slot.probe.parent.store(parent, Ordering::Relaxed);
