@@ -451,9 +451,12 @@ impl Builder {
         self.on_actor_panic = Some(PanicHook(Arc::new(hook)));
         self
     }
-    /// Released stacks kept mapped for reuse (default 1,024); more are unmapped. Nothing is
-    /// allocated up front, and the pool never holds more stacks than there are actors, so
-    /// any value is accepted (`usize::MAX`: keep every released stack).
+    /// Released stacks kept mapped for reuse (default 1,024); more are unmapped, 64 at a
+    /// time. Nothing is allocated up front, and the pool holds no more used stacks than
+    /// there were actors, so any value is accepted (`usize::MAX`: keep every released
+    /// stack). Stacks are mapped in batches (16 at first, then as many as the runtime has
+    /// mapped so far, at most 1,024); a batch's unused stacks hold address space and page
+    /// tables, not memory.
     ///
     /// ```
     /// let rt = smarm::Runtime::builder().warm_stacks(16).build().unwrap();
