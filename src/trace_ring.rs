@@ -490,11 +490,19 @@ fn needs_running(r: &Record) -> bool {
 /// The trace-event `pid` of the whole runtime (scheduler threads are its `tid`s).
 const CHROME_PID: u32 = 1;
 
+/// The trace-event `tid` of scheduler thread `index`: never 0, which Perfetto's importer
+/// replaces by the `pid` (so thread 0 would share thread 1's track).
+fn chrome_tid(index: usize) -> usize {
+    index + 1
+}
+
 /// Writes `threads` (each a scheduler thread index and its snapshot, oldest first) as a Chrome
 /// trace-event JSON object (`{"traceEvents":[...]}`), loadable in ui.perfetto.dev and
 /// chrome://tracing.
 ///
-/// - Each scheduler thread is one `tid`, named "scheduler N" by metadata events.
+/// - Each scheduler thread is one `tid` (its index + 1: Perfetto reads an explicit `tid` 0
+///   as "none" and puts the event on the `pid`'s track), named "scheduler N" (its index) by
+///   metadata events.
 /// - `Resume` up to the same actor's `Park`/`Exit`/`Panic` on the same thread is a complete
 ///   (`"X"`) slice named `describe(resume)` (or "pid 0x…"), with args `pid`, `end` (park, exit,
 ///   panic) and `reason`. A slice cut short by another `Resume` (or by the end of another
@@ -502,10 +510,15 @@ const CHROME_PID: u32 = 1;
 ///   data ends at that thread's last timestamp with `end: "unterminated"`.
 /// - Every other event (and a `Park`/`Exit`/`Panic` with no open slice of its actor) is a
 ///   thread-scoped instant (`"ph":"i"`).
-/// - A `Wake` made inside the waker's slice gets a flow arrow (`"ph":"s"`/`"f"`) from that
-///   slice to the wakee's next resume, when that resume is in the data.
-/// - Timestamps are microseconds since the earliest record, `tsc / ticks_per_us`. Actor ids
-///   are written as hex strings (they may exceed JSON's exact-integer range).
+/// - A `Wake` made inside the waker's slice gets a flow arrow (`"ph":"s"`/`"f"`) to the
+///   wakee's next resume, when that resume is in the data. Perfetto binds the `s` to the
+///   innermost slice open at its timestamp, which is the `wake` instant (written before the
+///   flows, at the same timestamp), so the arrow starts at the wake itself.
+/// - Timestamps are microseconds since the earliest record, `tsc / ticks_per_us`, rounded to
+///   whole nanoseconds once per point in time: a slice's `dur` is the difference of its end
+///   and start so rounded, so back-to-back slices never overlap by a rounding nanosecond
+///   (Perfetto would move or drop the later one). Actor ids and I/O tokens are written as
+///   hex strings (they may exceed JSON's exact-integer range).
 ///
 /// `describe` is called per slice and per instant; write to a buffered writer (the exporter
 /// issues many small writes). Fails with `InvalidInput` if `ticks_per_us` is not finite and
@@ -524,7 +537,7 @@ pub fn write_chrome_json(
     let flows = FlowLinks::link(threads, &plans);
 
     let mut out = JsonOut { w, first: true, base, ticks_per_us, describe };
-    out.w.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
+    out.w.write_all(b"{\"traceEvents\":[")?;
     out.process_name()?;
     for (pos, ((tid, records), plan)) in threads.iter().zip(&plans).enumerate() {
         out.thread_names(*tid)?;
@@ -534,9 +547,11 @@ pub fn write_chrome_json(
         for (s, span) in plan.spans.iter().enumerate() {
             let resume = &records[span.resume];
             out.slice(*tid, resume, span, records)?;
-            // Flow events go right after their slice: Perfetto binds a flow event to the slice
-            // open on its track when it processes it, in timestamp order, and keeps file order
-            // among equal timestamps (the "f" shares its slice's start timestamp).
+            // Flow events go after their thread's instants and right after their slice.
+            // Perfetto sorts by timestamp; at equal timestamps it takes complete ("X") slices
+            // first, longest first, then the other events in file order. So an "f" (at its
+            // slice's start) finds its slice open, and an "s" (at its wake) finds the `wake`
+            // instant open, written earlier in the file.
             for &(id, tsc) in flows.starts.get(&(pos, s)).map_or(&[][..], Vec::as_slice) {
                 out.flow(*tid, FlowPhase::Start, id, tsc)?;
             }
@@ -545,7 +560,9 @@ pub fn write_chrome_json(
             }
         }
     }
-    out.w.write_all(b"\n]}\n")
+    // No newline after the closing brace: a JSON reader that stops at it would see one
+    // more token.
+    out.w.write_all(b"\n]}")
 }
 
 /// How a slice ended.
@@ -687,14 +704,23 @@ impl<W: io::Write + ?Sized> JsonOut<'_, W> {
         self.w.write_all(sep)
     }
 
-    fn us(&self, ticks: u64) -> f64 {
-        ticks as f64 / self.ticks_per_us
+    /// Nanoseconds since the earliest record for a timestamp in ticks (rounded once, so
+    /// equal ticks give equal times and differences of times are exact).
+    fn ns(&self, tsc: u64) -> u64 {
+        (tsc.saturating_sub(self.base) as f64 * 1000.0 / self.ticks_per_us).round() as u64
     }
 
-    /// `"ts":…,"pid":1,"tid":…` for a timestamp in ticks.
-    fn ts_pid_tid(&mut self, tsc: u64, tid: usize) -> io::Result<()> {
-        let ts = self.us(tsc.saturating_sub(self.base));
-        write!(self.w, "\"ts\":{ts:.3},\"pid\":{CHROME_PID},\"tid\":{tid}")
+    /// Writes whole nanoseconds as microseconds with three decimals.
+    fn write_us(&mut self, ns: u64) -> io::Result<()> {
+        write!(self.w, "{}.{:03}", ns / 1000, ns % 1000)
+    }
+
+    /// `"ts":…,"pid":1,"tid":…` for a timestamp in ticks on scheduler thread `index`.
+    fn ts_pid_tid(&mut self, tsc: u64, index: usize) -> io::Result<()> {
+        self.w.write_all(b"\"ts\":")?;
+        let ns = self.ns(tsc);
+        self.write_us(ns)?;
+        write!(self.w, ",\"pid\":{CHROME_PID},\"tid\":{}", chrome_tid(index))
     }
 
     fn process_name(&mut self) -> io::Result<()> {
@@ -705,18 +731,19 @@ impl<W: io::Write + ?Sized> JsonOut<'_, W> {
         )
     }
 
-    fn thread_names(&mut self, tid: usize) -> io::Result<()> {
+    fn thread_names(&mut self, index: usize) -> io::Result<()> {
+        let tid = chrome_tid(index);
         self.begin_event()?;
         write!(
             self.w,
             "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{CHROME_PID},\"tid\":{tid},\
-             \"args\":{{\"name\":\"scheduler {tid}\"}}}}"
+             \"args\":{{\"name\":\"scheduler {index}\"}}}}"
         )?;
         self.begin_event()?;
         write!(
             self.w,
             "{{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":{CHROME_PID},\"tid\":{tid},\
-             \"args\":{{\"sort_index\":{tid}}}}}"
+             \"args\":{{\"sort_index\":{index}}}}}"
         )
     }
 
@@ -725,8 +752,10 @@ impl<W: io::Write + ?Sized> JsonOut<'_, W> {
         self.begin_event()?;
         self.w.write_all(b"{\"name\":")?;
         write_json_string(self.w, &name)?;
-        let dur = self.us(span.end_tsc.saturating_sub(resume.tsc));
-        write!(self.w, ",\"cat\":\"actor\",\"ph\":\"X\",\"dur\":{dur:.3},")?;
+        let dur = self.ns(span.end_tsc).saturating_sub(self.ns(resume.tsc));
+        self.w.write_all(b",\"cat\":\"actor\",\"ph\":\"X\",\"dur\":")?;
+        self.write_us(dur)?;
+        self.w.write_all(b",")?;
         self.ts_pid_tid(resume.tsc, tid)?;
         write!(self.w, ",\"args\":{{\"pid\":\"{:#x}\",\"end\":", resume.pid)?;
         match span.end {
@@ -749,7 +778,7 @@ impl<W: io::Write + ?Sized> JsonOut<'_, W> {
             EventKind::Spawn => write!(self.w, ",\"parent\":\"{:#x}\"", r.arg)?,
             EventKind::Wake => write!(self.w, ",\"waker\":\"{:#x}\"", r.arg)?,
             EventKind::Migrate => write!(self.w, ",\"from_thread\":{}", r.arg)?,
-            EventKind::IoReady => write!(self.w, ",\"token\":{}", r.arg)?,
+            EventKind::IoReady => write!(self.w, ",\"token\":\"{:#x}\"", r.arg)?,
             EventKind::FrameIn | EventKind::FrameOut => write!(self.w, ",\"bytes\":{}", r.arg)?,
             // An end record without an open slice of its actor (its resume was overwritten).
             EventKind::Park | EventKind::Exit | EventKind::Panic => write!(self.w, ",\"reason\":{}", r.arg)?,
@@ -1100,18 +1129,20 @@ mod tests {
             .filter(|e| e.str("name") == Some("thread_name"))
             .map(|e| (e.num("tid").unwrap(), e.get("args").unwrap().str("name").unwrap()))
             .collect();
-        assert_eq!(names, [(0.0, "scheduler 0"), (1.0, "scheduler 1")]);
+        // Thread index + 1: Perfetto would put an explicit tid 0 on the pid's track.
+        assert_eq!(names, [(1.0, "scheduler 0"), (2.0, "scheduler 1")]);
+        assert!(evs.iter().all(|e| e.num("tid") != Some(0.0)), "an event with tid 0");
 
         let slices = ph(evs, "X");
         assert_eq!(slices.len(), 3);
         let slice = |name: &str| *slices.iter().find(|e| e.str("name") == Some(name)).unwrap();
         let a = slice(LABEL_A); // the escaped label came back intact
-        assert_eq!((a.num("ts"), a.num("dur"), a.num("tid")), (Some(1.0), Some(2.0), Some(0.0)));
+        assert_eq!((a.num("ts"), a.num("dur"), a.num("tid")), (Some(1.0), Some(2.0), Some(1.0)));
         let a_args = a.get("args").unwrap();
         assert_eq!(a_args.str("pid"), Some("0x500000001"));
         assert_eq!((a_args.str("end"), a_args.num("reason")), (Some("park"), Some(3.0)));
         let b = slice("pid 0x600000001");
-        assert_eq!((b.num("ts"), b.num("dur"), b.num("tid")), (Some(2.5), Some(1.0), Some(1.0)));
+        assert_eq!((b.num("ts"), b.num("dur"), b.num("tid")), (Some(2.5), Some(1.0), Some(2.0)));
         assert_eq!(b.get("args").unwrap().str("end"), Some("exit"));
         // C never parks: closed at its thread's last timestamp.
         let c = slice("pid 0x700000002");
@@ -1136,8 +1167,8 @@ mod tests {
         assert_eq!((starts.len(), ends.len()), (1, 1));
         let (s, f) = (starts[0], ends[0]);
         assert_eq!(s.num("id"), f.num("id"));
-        assert_eq!((s.num("tid"), s.num("ts")), (Some(0.0), Some(2.0)));
-        assert_eq!((f.num("tid"), f.num("ts"), f.str("bp")), (Some(1.0), Some(2.5), Some("e")));
+        assert_eq!((s.num("tid"), s.num("ts")), (Some(1.0), Some(2.0)));
+        assert_eq!((f.num("tid"), f.num("ts"), f.str("bp")), (Some(2.0), Some(2.5), Some("e")));
         assert_eq!((s.str("cat"), s.str("name")), (f.str("cat"), f.str("name")));
     }
 
@@ -1161,9 +1192,42 @@ mod tests {
         let slices = ph(evs, "X");
         let ends: Vec<&str> = slices.iter().map(|e| e.get("args").unwrap().str("end").unwrap()).collect();
         assert_eq!(ends, ["interrupted", "interrupted", "park"]);
-        assert!(slices.iter().all(|e| e.num("tid") == Some(3.0)));
+        assert!(slices.iter().all(|e| e.num("tid") == Some(4.0)));
         assert_eq!(ph(evs, "s").len() + ph(evs, "f").len(), 0);
         assert_eq!(ph(evs, "i").len(), 2);
+    }
+
+    #[test]
+    fn back_to_back_slices_never_overlap_after_rounding() {
+        use EventKind::*;
+        // 1.5 ticks per microsecond: a tick is 666.67 ns. Rounded on its own, the first
+        // slice would start at 0.667 and last 0.667, ending at 1.334, 1 ns after the second
+        // begins (1.333); Perfetto would move or drop the second.
+        let threads = vec![(
+            0,
+            vec![
+                rec(0, Spawn, A, 0),
+                rec(1, Resume, A, 0),
+                rec(2, Park, A, 1),
+                rec(2, Resume, B, 0),
+                rec(5, Park, B, 1),
+                rec(5, Resume, C, 0),
+                rec(7, Park, C, 1),
+            ],
+        )];
+        let mut buf = Vec::new();
+        write_chrome_json(&mut buf, &threads, 1.5, &|_| None).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        let doc = parse_json(&text).unwrap();
+        let ns = |v: f64| (v * 1000.0).round() as i64;
+        let mut slices: Vec<(i64, i64)> =
+            ph(events(&doc), "X").iter().map(|e| (ns(e.num("ts").unwrap()), ns(e.num("dur").unwrap()))).collect();
+        slices.sort_unstable();
+        assert_eq!(slices.len(), 3);
+        for pair in slices.windows(2) {
+            assert_eq!(pair[0].0 + pair[0].1, pair[1].0, "slices {pair:?} do not meet exactly:\n{text}");
+        }
+        assert!(text.ends_with("]}"), "trailing bytes after the object");
     }
 
     #[test]
