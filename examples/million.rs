@@ -18,6 +18,18 @@ fn rss_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time (user, system) this process has used so far, in seconds, and its minor page faults.
+fn cpu_secs() -> (f64, f64, i64) {
+    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF is always valid.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    (secs(ru.ru_utime), secs(ru.ru_stime), ru.ru_minflt)
+}
+
 fn map_count() -> usize {
     std::fs::read_to_string("/proc/self/maps").map(|m| m.lines().count()).unwrap_or(0)
 }
@@ -27,11 +39,12 @@ fn main() {
     let rss_before = rss_kib("VmRSS:");
     let rt = smarm::Runtime::builder().max_actors(n + 16).build().expect("runtime");
     let threads = rt.threads();
-    let (spawn_secs, parked_secs, alive, maps) = rt
+    let (spawn_secs, parked_secs, cpu, alive, maps) = rt
         .run(move || {
             // Every actor parks in `changed()` on one watch channel until the root publishes.
             let (release, gate) = smarm::channel::watch(false);
             let parked = Arc::new(AtomicUsize::new(0));
+            let cpu0 = cpu_secs();
             let start = Instant::now();
             let mut handles = Vec::with_capacity(n);
             for _ in 0..n {
@@ -51,13 +64,15 @@ fn main() {
                 smarm::sleep(Duration::from_millis(1));
             }
             let parked_secs = start.elapsed().as_secs_f64();
+            let (user1, sys1, faults1) = cpu_secs();
+            let cpu = (user1 - cpu0.0, sys1 - cpu0.1, faults1 - cpu0.2);
             let alive = handles.iter().filter(|h| !h.is_finished()).count();
             let maps = map_count();
             release.send(true);
             for h in handles {
                 h.join().expect("actor");
             }
-            (spawn_secs, parked_secs, alive, maps)
+            (spawn_secs, parked_secs, cpu, alive, maps)
         })
         .expect("root");
     let peak = rss_kib("VmHWM:");
@@ -67,6 +82,12 @@ fn main() {
     );
     println!("  spawned in {spawn_secs:.2} s ({:.0} spawns/s)", n as f64 / spawn_secs);
     println!("  all running and parked after {parked_secs:.2} s ({:.0} actors/s)", n as f64 / parked_secs);
+    println!(
+        "  CPU until then: {:.2} us user + {:.2} us system per actor ({threads} threads), {:.2} page faults per actor",
+        cpu.0 * 1e6 / n as f64,
+        cpu.1 * 1e6 / n as f64,
+        cpu.2 as f64 / n as f64
+    );
     println!("  alive at once: {alive}; memory maps while all parked: {maps}");
     println!(
         "  peak RSS {:.2} GiB ({:.2} KiB per actor above the {} MiB baseline)",

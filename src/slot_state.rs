@@ -545,21 +545,35 @@ impl Slab {
 
     /// Takes a free slot and returns `(index, new generation)`. The slot stays FREE (with
     /// the new generation not yet visible) until [`Slab::publish_queued`].
+    #[cfg(test)]
     pub(crate) fn alloc(&self) -> Option<(u32, u32)> {
-        let index = self.pop_free().or_else(|| {
-            // AcqRel: see `high_water`.
-            let i = self.fresh.fetch_add(1, Ordering::AcqRel);
-            if (i as usize) < self.slots.len() {
-                Some(i as u32)
-            } else {
+        self.alloc_marked().map(|(index, gen, _)| (index, gen))
+    }
+
+    /// [`Slab::alloc`], also saying whether the slot is fresh (never used: all zero, and
+    /// possibly on a page nothing has touched yet, whose first access should be a write).
+    pub(crate) fn alloc_marked(&self) -> Option<(u32, u32, bool)> {
+        let index = match self.pop_free() {
+            Some(index) => index,
+            None => {
+                // AcqRel: see `high_water`.
+                let i = self.fresh.fetch_add(1, Ordering::AcqRel);
+                if (i as usize) < self.slots.len() {
+                    // Never used: all zero, so its first generation is 1. Not read: the
+                    // first access to a fresh page of the table must be a write. A read
+                    // maps the shared zero page, and the write after it then replaces
+                    // that mapping, which flushes the TLB of every thread of the process
+                    // (an IPI per 16 spawns, most of a spawn's cost on a VM: history 55).
+                    return Some((i as u32, 1, true));
+                }
                 // Lost the race for the last fresh slots; a slot may have been freed since.
-                self.pop_free()
+                self.pop_free()?
             }
-        })?;
+        };
         // Relaxed: the slot is FREE and exclusively ours; the generation is published with
         // the Release store in `publish_queued`.
         let gen = gen_of(self.slot(index).state.load(Ordering::Relaxed)).wrapping_add(1).max(1);
-        Some((index, gen))
+        Some((index, gen, false))
     }
 
     /// Undoes an `alloc` whose spawn failed before publication.

@@ -995,7 +995,7 @@ impl Shared {
         if self.lifecycle.is_shutting_down() {
             return Err(SpawnError::ShuttingDown);
         }
-        let (index, gen) = self.slab.alloc().ok_or(SpawnError::Full { max_actors: self.slab.len() })?;
+        let (index, gen, fresh) = self.slab.alloc_marked().ok_or(SpawnError::Full { max_actors: self.slab.len() })?;
         // The stack is bound at the actor's first run (the pool's most recently used one,
         // still in cache); here we only reserve one, so a failing mmap is a spawn error. A
         // stack of another size is mapped here and bound at the first run (see
@@ -1022,7 +1022,14 @@ impl Shared {
         // SAFETY: the slot was just popped from the free list, so it is FREE and ours alone
         // until `publish_queued`.
         unsafe {
-            *slot.cell.get() = ActorCell {
+            let cell = slot.cell.get();
+            if !fresh {
+                // What a previous occupant may have left (nothing, normally) is dropped here.
+                // A fresh slot's all-zero cell holds nothing to drop, and is not read: see
+                // `Slab::alloc_marked` (the first access to a fresh page must be a write).
+                core::ptr::drop_in_place(cell);
+            }
+            cell.write(ActorCell {
                 sp: own_len,
                 sched_sp: 0,
                 stack_base: own_base,
@@ -1041,7 +1048,7 @@ impl Shared {
                 fp: context::FP_DEFAULT,
                 #[cfg(feature = "tracing")]
                 spans: Default::default(),
-            };
+            });
         }
         // Relaxed: published by the Release in `publish_queued`.
         slot.cancel.reset();
