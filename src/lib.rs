@@ -168,7 +168,7 @@ mod api {
     #[cfg(feature = "cluster")]
     pub use crate::cluster::{connect, disconnect, monitor_nodes, node, nodes};
     pub use crate::error::{BuildError, LookupError, RunError, SpawnError};
-    pub use crate::mailbox::{Addr, Envelope, Mailbox};
+    pub use crate::mailbox::{Addr, Envelope, Mailbox, RecvMark};
     pub use crate::offload::{block_on, spawn_blocking, BlockingHandle};
     pub use crate::preempt::{maybe_preempt, NoPreempt};
     #[doc(hidden)]

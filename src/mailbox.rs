@@ -106,6 +106,27 @@ struct State<M> {
     alive: bool,
     /// The owner parked in a selective receive or a `select`.
     waiter: Option<Waiter>,
+    /// Envelopes taken out of `queue` so far, by any path. Pushes only append, so while this
+    /// stays the same the first `k` queued envelopes stay the same `k` envelopes: a selective
+    /// receive woken up resumes its search where it stopped (its save marker), and a
+    /// [`RecvMark`] stays valid. A change sends both back to the head of the queue.
+    removed: u64,
+}
+
+/// A place in a mailbox's queue: its end when [`Mailbox::mark`] was called. A selective
+/// receive given the mark ([`Mailbox::recv_match_from`]) does not look at what was queued
+/// before it, as OTP's compiler arranges for a `receive` that matches a reference made just
+/// before it (a monitor's, an alias's, a request's): such a receive costs what arrived since,
+/// however long the mailbox is.
+///
+/// If any envelope was taken out of the mailbox between the mark and the receive, the
+/// receive searches the whole queue (the mark no longer names a place in it): correct, only
+/// slower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvMark {
+    owner: Pid,
+    len: usize,
+    removed: u64,
 }
 
 /// Line-aligned: the lock and the hot fields of `State` share the first line.
@@ -140,7 +161,7 @@ impl<M> MailboxInner<M> {
         Arc::new(MailboxInner {
             state: RawMutex::new(
                 Rank::Primitive,
-                State { queue: VecDeque::new(), waiter: None, hand: HandPtr::NONE, alive: true },
+                State { queue: VecDeque::new(), waiter: None, hand: HandPtr::NONE, alive: true, removed: 0 },
             ),
             pid,
             #[cfg(feature = "cluster")]
@@ -171,26 +192,46 @@ impl<M> MailboxInner<M> {
     /// The first envelope, parking until one arrives or the limit passes.
     #[track_caller]
     fn recv_first(&self, limit: WaitLimit) -> Option<Envelope<M>> {
-        self.recv_where(limit, true, |_| true)
+        self.recv_where(limit, true, None, |_| true)
     }
 
     /// Takes the first envelope accepted by `pred`, parking until one arrives or the limit
     /// passes. `any` says `pred` accepts everything: the receive may then be handed the next
-    /// envelope directly (see the module doc).
+    /// envelope directly (see the module doc). With a `mark`, the envelopes queued before
+    /// it are not looked at (see [`RecvMark`]).
+    ///
+    /// `pred` is asked about each envelope once per call: after a wake the search resumes
+    /// after the envelopes it already rejected (Erlang's save marker), unless an envelope was
+    /// taken out meanwhile (`State::removed`), which sends it back to the head.
     #[inline(always)]
     #[track_caller]
     fn recv_where(
         &self,
         mut limit: WaitLimit,
         any: bool,
+        mark: Option<RecvMark>,
         mut pred: impl FnMut(&Envelope<M>) -> bool,
     ) -> Option<Envelope<M>> {
+        if let Some(m) = mark {
+            // Before the lock: the panic must not unwind while holding it.
+            assert_eq!(m.owner, self.pid, "smarm: a RecvMark of another actor's mailbox");
+        }
         let mut s = self.state.lock();
         let hand = Hand::new();
+        // The envelopes before `from` were rejected (or are before the mark) as long as
+        // `s.removed` is still `epoch`.
+        let (mut from, mut epoch) = match mark {
+            Some(m) => (m.len, m.removed),
+            None => (0, s.removed),
+        };
         loop {
-            if let Some(i) = s.queue.iter().position(&mut pred) {
-                return if i == 0 { s.queue.pop_front() } else { s.queue.remove(i) };
+            if s.removed != epoch || from > s.queue.len() {
+                (from, epoch) = (0, s.removed);
             }
+            if let Some(i) = s.queue.range(from..).position(&mut pred) {
+                return s.take_at(from + i);
+            }
+            from = s.queue.len();
             if any {
                 s.hand.register(&hand);
             } else {
@@ -215,10 +256,22 @@ impl<M> MailboxInner<M> {
             s.hand = HandPtr::NONE;
             if timed_out {
                 // The limit passed: one last look, then time out.
-                let i = s.queue.iter().position(&mut pred)?;
-                return s.queue.remove(i);
+                if s.removed != epoch {
+                    from = 0;
+                }
+                let i = s.queue.range(from..).position(&mut pred)?;
+                return s.take_at(from + i);
             }
         }
+    }
+}
+
+impl<M> State<M> {
+    /// Takes the envelope at `i` out of the queue (counted in `removed`).
+    fn take_at(&mut self, i: usize) -> Option<Envelope<M>> {
+        let e = if i == 0 { self.queue.pop_front() } else { self.queue.remove(i) };
+        self.removed += u64::from(e.is_some());
+        e
     }
 }
 
@@ -255,16 +308,25 @@ impl<M> MailboxInner<M> {
         mut test: impl FnMut(Envelope<M>) -> (bool, Envelope<M>),
     ) -> Option<Envelope<M>> {
         let mut s = self.state.lock();
+        // The save marker, as in `recv_where`.
+        let (mut from, mut epoch) = (0, s.removed);
         loop {
-            if let Some(i) = find_owned(&mut s.queue, &mut test) {
-                return s.queue.remove(i);
+            if s.removed != epoch {
+                (from, epoch) = (0, s.removed);
             }
+            if let Some(i) = find_owned(&mut s.queue, from, &mut test) {
+                return s.take_at(i);
+            }
+            from = s.queue.len();
             let timed_out;
             (s, timed_out) = self.park_selective(s, &mut limit);
             if timed_out {
                 // The limit passed: one last look, then time out.
-                let i = find_owned(&mut s.queue, &mut test)?;
-                return s.queue.remove(i);
+                if s.removed != epoch {
+                    from = 0;
+                }
+                let i = find_owned(&mut s.queue, from, &mut test)?;
+                return s.take_at(i);
             }
         }
     }
@@ -290,7 +352,8 @@ impl<M> MailboxInner<M> {
         let before = out.len();
         let mut s = self.state.lock();
         loop {
-            take_unseen(&mut s.queue, seen, &mut pred, out);
+            let st = &mut *s;
+            st.removed += take_unseen(&mut st.queue, seen, &mut pred, out);
             if out.len() > before {
                 return true;
             }
@@ -298,7 +361,8 @@ impl<M> MailboxInner<M> {
             (s, timed_out) = self.park_selective(s, &mut limit);
             if timed_out {
                 // The limit passed: one last look, then time out.
-                take_unseen(&mut s.queue, seen, &mut pred, out);
+                let st = &mut *s;
+                st.removed += take_unseen(&mut st.queue, seen, &mut pred, out);
                 return out.len() > before;
             }
         }
@@ -307,13 +371,15 @@ impl<M> MailboxInner<M> {
 
 /// The one pass of [`MailboxInner::recv_all_where`]: looks at the envelopes after the first
 /// `*seen` (those that arrived since the last pass), moves the accepted ones to `out`, and
-/// puts the others back in order after the prefix. O(envelopes looked at).
+/// puts the others back in order after the prefix. O(envelopes looked at). Returns how many
+/// it took.
 fn take_unseen<M>(
     queue: &mut VecDeque<Envelope<M>>,
     seen: &mut usize,
     pred: &mut impl FnMut(&Envelope<M>) -> bool,
     out: &mut Vec<Envelope<M>>,
-) {
+) -> u64 {
+    let before = out.len();
     if *seen < queue.len() {
         for e in queue.split_off(*seen) {
             if pred(&e) {
@@ -324,18 +390,20 @@ fn take_unseen<M>(
         }
     }
     *seen = queue.len();
+    (out.len() - before) as u64
 }
 
-/// The index of the first envelope of `queue` that `test` accepts. Each envelope is moved
+/// The index of the first envelope of `queue` from index `from` on that `test` accepts. Each envelope is moved
 /// out to `test` and put back where it was (a swap with the last, O(1), no allocation: the
 /// length and capacity come back to what they were), so the queue is unchanged on return.
 /// If `test` panics, the envelope it holds is dropped and the last envelope stands in its
 /// place: the panic goes on to the receiving actor, which loses that one envelope.
 fn find_owned<M>(
     queue: &mut VecDeque<Envelope<M>>,
+    from: usize,
     test: &mut impl FnMut(Envelope<M>) -> (bool, Envelope<M>),
 ) -> Option<usize> {
-    for i in 0..queue.len() {
+    for i in from..queue.len() {
         let e = queue.swap_remove_back(i).expect("index in bounds");
         let (hit, e) = test(e);
         queue.push_back(e);
@@ -379,7 +447,7 @@ impl<M: Send + 'static> SignalSink for MailboxInner<M> {
         let mut s = self.state.lock();
         match s.queue.iter().position(|e| matches!(e, Envelope::Down(d) if d.monitor.id() == id)) {
             Some(i) => {
-                s.queue.remove(i);
+                s.take_at(i);
                 true
             }
             None => false,
@@ -451,7 +519,7 @@ impl<M: Send + 'static> Mailbox<M> {
     /// });
     /// ```
     pub fn try_recv(&self) -> Result<Envelope<M>, TryRecvError> {
-        self.inner.state.lock().queue.pop_front().ok_or(TryRecvError::Empty)
+        self.inner.state.lock().take_at(0).ok_or(TryRecvError::Empty)
     }
 
     /// The next message or signal, waiting at most `timeout` (zero polls). The only error
@@ -476,6 +544,13 @@ impl<M: Send + 'static> Mailbox<M> {
     /// Selective receive: the first queued envelope accepted by `pred`, parking until one
     /// arrives. The others stay queued, in order (Erlang's `receive`).
     ///
+    /// Each call asks `pred` about each envelope once: when the receive is woken by new
+    /// envelopes it looks only at those (Erlang's save marker), so waiting behind `n` queued
+    /// envelopes that `pred` rejects costs `O(n)` once per call, not once per wake. (An
+    /// envelope taken out of the mailbox by another path meanwhile, such as
+    /// [`demonitor_flush`](crate::demonitor_flush), sends the search back to the head.) To
+    /// skip what was queued before a monitor or request was made, see [`Mailbox::mark`].
+    ///
     /// ```
     /// use smarm::{Envelope, Mailbox};
     /// smarm::run(|| {
@@ -491,7 +566,7 @@ impl<M: Send + 'static> Mailbox<M> {
     /// ```
     #[track_caller]
     pub fn recv_match(&self, pred: impl FnMut(&Envelope<M>) -> bool) -> Envelope<M> {
-        self.inner.recv_where(WaitLimit::Forever, false, pred).expect("no deadline")
+        self.inner.recv_where(WaitLimit::Forever, false, None, pred).expect("no deadline")
     }
 
     /// Selective receive waiting at most `timeout` (zero polls): the first queued envelope
@@ -517,7 +592,74 @@ impl<M: Send + 'static> Mailbox<M> {
         timeout: Duration,
         pred: impl FnMut(&Envelope<M>) -> bool,
     ) -> Result<Envelope<M>, RecvTimeoutError> {
-        self.inner.recv_where(WaitLimit::For(timeout), false, pred).ok_or(RecvTimeoutError::Timeout)
+        self.inner.recv_where(WaitLimit::For(timeout), false, None, pred).ok_or(RecvTimeoutError::Timeout)
+    }
+
+    /// Marks the end of the queue now, for a selective receive that waits for something
+    /// that can only arrive after this point: the Down of a monitor made after the mark, the
+    /// reply to a request sent after it (see [`RecvMark`]).
+    ///
+    /// ```
+    /// use smarm::{Envelope, Mailbox};
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     smarm::spawn_actor(move |mb: Mailbox<u32>| {
+    ///         for n in 0..10_000 {
+    ///             mb.addr().send(n); // a long mailbox the wait below does not look at
+    ///         }
+    ///         let child = smarm::spawn(|| ());
+    ///         let mark = mb.mark();
+    ///         let m = smarm::monitor(child.pid());
+    ///         let down = mb.recv_match_from(mark, |e| matches!(e, Envelope::Down(d) if d.monitor == m));
+    ///         tx.send((matches!(down, Envelope::Down(_)), mb.len())).unwrap();
+    ///     });
+    ///     assert_eq!(rx.recv(), Ok((true, 10_000)));
+    /// });
+    /// ```
+    pub fn mark(&self) -> RecvMark {
+        let s = self.inner.state.lock();
+        RecvMark { owner: self.inner.pid, len: s.queue.len(), removed: s.removed }
+    }
+
+    /// Selective receive of what arrived after `mark` (see [`Mailbox::mark`]): the first
+    /// envelope queued since the mark that `pred` accepts, parking until one arrives. What
+    /// was queued before the mark is not looked at and stays queued. If an envelope was
+    /// taken out of the mailbox since the mark, the whole queue is searched.
+    ///
+    /// # Panics
+    /// If `mark` was made by another actor's mailbox.
+    #[track_caller]
+    pub fn recv_match_from(&self, mark: RecvMark, pred: impl FnMut(&Envelope<M>) -> bool) -> Envelope<M> {
+        self.inner.recv_where(WaitLimit::Forever, false, Some(mark), pred).expect("no deadline")
+    }
+
+    /// [`Mailbox::recv_match_from`] waiting at most `timeout` (zero polls).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use smarm::{channel::RecvTimeoutError, Envelope, Mailbox};
+    /// smarm::run(|| {
+    ///     let (tx, rx) = smarm::channel::oneshot();
+    ///     smarm::spawn_actor(move |mb: Mailbox<u32>| {
+    ///         mb.addr().send(7); // before the mark: not looked at
+    ///         let mark = mb.mark();
+    ///         let got = mb.recv_match_from_timeout(mark, Duration::ZERO, |e| matches!(e, Envelope::Msg(7)));
+    ///         tx.send((got, mb.len())).unwrap();
+    ///     });
+    ///     assert_eq!(rx.recv(), Ok((Err(RecvTimeoutError::Timeout), 1)));
+    /// });
+    /// ```
+    ///
+    /// # Panics
+    /// If `mark` was made by another actor's mailbox.
+    #[track_caller]
+    pub fn recv_match_from_timeout(
+        &self,
+        mark: RecvMark,
+        timeout: Duration,
+        pred: impl FnMut(&Envelope<M>) -> bool,
+    ) -> Result<Envelope<M>, RecvTimeoutError> {
+        self.inner.recv_where(WaitLimit::For(timeout), false, Some(mark), pred).ok_or(RecvTimeoutError::Timeout)
     }
 
     /// The selective receive behind [`receive!`](macro@crate::receive): `test` gets each queued
@@ -532,15 +674,17 @@ impl<M: Send + 'static> Mailbox<M> {
         self.inner.recv_owned(WaitLimit::from_timeout(timeout), test)
     }
 
-    /// Selective receive within `limit`, for the crate's own waits (a supervisor waiting
-    /// for a Down with or without a shutdown timeout); `None` if the limit passed.
+    /// Selective receive of what arrived after `mark` (see [`RecvMark`]) within `limit`,
+    /// for the crate's own waits (a supervisor waiting for a child's Down, with or without
+    /// a shutdown timeout); `None` if the limit passed.
     #[track_caller]
-    pub(crate) fn recv_match_within(
+    pub(crate) fn recv_match_from_within(
         &self,
+        mark: RecvMark,
         limit: WaitLimit,
         pred: impl FnMut(&Envelope<M>) -> bool,
     ) -> Option<Envelope<M>> {
-        self.inner.recv_where(limit, false, pred)
+        self.inner.recv_where(limit, false, Some(mark), pred)
     }
 
     /// Selective receive of every match, for the receives that wait for many envelopes at
@@ -958,7 +1102,7 @@ impl SelectRecv for SignalBox {
     type Output = Signal;
     fn select_recv(&self) -> Signal {
         // Only the owner receives, so a box found ready stays ready.
-        match self.0.state.lock().queue.pop_front().expect("smarm: select arm was ready") {
+        match self.0.state.lock().take_at(0).expect("smarm: select arm was ready") {
             Envelope::Down(d) => Signal::Down(d),
             Envelope::Exit(x) => Signal::Exit(x),
             Envelope::Msg(never) => match never {},

@@ -145,7 +145,7 @@ use std::time::{Duration, Instant};
 use crate::channel::{oneshot, OneshotSender};
 use crate::error::LookupError;
 use crate::error::SpawnError;
-use crate::mailbox::{Addr, Envelope, Mailbox};
+use crate::mailbox::{Addr, Envelope, Mailbox, RecvMark};
 use crate::process::{reason_from_payload, Cancelled, DownReason, Exit, MonitorRef, RegisterError};
 use crate::runtime::WaitLimit;
 use crate::slot_state::Pid;
@@ -1420,31 +1420,39 @@ impl Sup {
     fn stop_child(&mut self, key: u64) {
         let Some(pid) = self.children[&key].pid else { return };
         self.set_pid(key, None);
+        // The Down of a monitor made now cannot be queued ahead of the mark: the wait skips
+        // whatever the supervisor's mailbox already holds.
+        let mark = self.mb.mark();
         let m = crate::process::monitor(pid);
         match self.children[&key].shutdown {
             Shutdown::BrutalKill => {
                 crate::process::kill(pid);
-                self.await_down(m, None);
+                self.await_down(mark, m, None);
             }
             Shutdown::Timeout(d) => {
                 crate::process::exit(pid, DownReason::Shutdown);
-                if !self.await_down(m, Some(d)) {
+                if !self.await_down(mark, m, Some(d)) {
                     crate::process::kill(pid);
-                    self.await_down(m, None);
+                    self.await_down(mark, m, None);
                 }
             }
             Shutdown::Infinity => {
                 crate::process::exit(pid, DownReason::Shutdown);
-                self.await_down(m, None);
+                self.await_down(mark, m, None);
             }
         }
         self.unlink_flush(pid);
     }
 
-    /// Waits (at most `timeout`, if given) for the Down of monitor `m`; false on timeout.
-    fn await_down(&self, m: MonitorRef, timeout: Option<Duration>) -> bool {
+    /// Waits (at most `timeout`, if given) for the Down of monitor `m`, made after `mark`;
+    /// false on timeout.
+    fn await_down(&self, mark: RecvMark, m: MonitorRef, timeout: Option<Duration>) -> bool {
         self.mb
-            .recv_match_within(WaitLimit::from_timeout(timeout), |e| matches!(e, Envelope::Down(d) if d.monitor == m))
+            .recv_match_from_within(
+                mark,
+                WaitLimit::from_timeout(timeout),
+                |e| matches!(e, Envelope::Down(d) if d.monitor == m),
+            )
             .is_some()
     }
 
