@@ -18,6 +18,13 @@
       http_hello and echo servers against tokio + hyper, tokio and may_minihttp, driven by wrk
       and benches/servers/echo_client.rs; writes outputs/http.md (outputs/http_idle.md with --idle).
 
+  python3 sweep.py scale [--quick] [--only spawn,ring,select,calls] [--before REV] ...
+      Scaling curves (benches/scale.py; `python3 sweep.py scale --help`): spawn rate and RSS
+      per actor against live actors, ring hop latency against ring size, selective receive
+      against mailbox length (with --before REV: also as smarm at REV did it), calls/s against
+      concurrent clients; smarm beside tokio where tokio can do the same work. Writes
+      outputs/scale.json and outputs/scale_*.png.
+
 The noise band is derived from the repeats, per row: the relative spread (max - min) / median
 of the old row and of the new row, the larger of the two, times --scale (default 1). A row
 moved if new/old of the medians lies outside [1 / (1 + band), 1 + band]; slower beyond the
@@ -144,18 +151,18 @@ def split_extra(argv):
     return argv, []
 
 
-def run_http(argv):
-    """`sweep.py http ...`: hands its arguments to benches/http.py."""
+def run_script(name, argv):
+    """`sweep.py http|scale ...`: hands its arguments to benches/NAME.py."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("http_load", os.path.join(ROOT, "benches", "http.py"))
+    spec = importlib.util.spec_from_file_location("bench_" + name, os.path.join(ROOT, "benches", name + ".py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.main(argv)
 
 
 def main():
-    if sys.argv[1:2] == ["http"]:
-        return run_http(sys.argv[2:])
+    if sys.argv[1:2] in (["http"], ["scale"]):
+        return run_script(sys.argv[1], sys.argv[2:])
     own, extra = split_extra(sys.argv[1:])
     p = argparse.ArgumentParser(description="Run and compare the general benchmark suite.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -171,6 +178,7 @@ def main():
     pc.add_argument("new")
     pc.add_argument("--scale", type=float, default=1.0, help="multiplies the noise band (default 1)")
     sub.add_parser("http", help="the HTTP and echo load test (benches/http.py; `sweep.py http --help`)")
+    sub.add_parser("scale", help="scaling curves and plots (benches/scale.py; `sweep.py scale --help`)")
     args = p.parse_args(own)
 
     if args.cmd == "run":
