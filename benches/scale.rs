@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo bench --bench scale -- spawn  smarm|tokio N   # N actors that park: rate, RSS each
-//! cargo bench --bench scale -- ring   smarm|tokio N   # ring of N actors: ns per hop
+//! cargo bench --bench scale -- ring   smarm|tokio N   # ring of N actors: ns per hop (to the last hop)
 //! cargo bench --bench scale -- calls  smarm|tokio C   # C clients of one server: calls/s
 //! cargo bench --bench scale -- select VARIANT N       # selective receive behind N queued
 //! ```
@@ -176,6 +176,7 @@ fn ring_smarm(n: usize) -> String {
             let mut runs = Vec::new();
             for run in 0..=RING_RUNS {
                 let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| smarm::channel::channel::<u64>()).unzip();
+                let (done_tx, done_rx) = smarm::channel::channel::<Instant>();
                 let inject = txs[0].clone();
                 let mut txs: std::collections::VecDeque<_> = txs.into();
                 txs.rotate_left(1);
@@ -183,9 +184,13 @@ fn ring_smarm(n: usize) -> String {
                     .into_iter()
                     .zip(txs)
                     .map(|(rx, next)| {
+                        let done = done_tx.clone();
                         smarm::spawn(move || {
                             while let Ok(left) = rx.recv() {
                                 if left == 0 {
+                                    // The last hop: the clock stops here, before the ring
+                                    // winds down (exits are not hops).
+                                    done.send(Instant::now()).unwrap();
                                     return;
                                 }
                                 next.send(left - 1).unwrap();
@@ -193,15 +198,17 @@ fn ring_smarm(n: usize) -> String {
                         })
                     })
                     .collect();
+                drop(done_tx);
                 let hops = ring_hops(n);
                 let start = Instant::now();
                 inject.send(hops).unwrap();
                 drop(inject);
+                let end = done_rx.recv().unwrap();
                 for h in hs {
                     h.join().unwrap();
                 }
                 if run > 0 {
-                    runs.push(start.elapsed().as_nanos() as f64 / hops as f64);
+                    runs.push(end.duration_since(start).as_nanos() as f64 / hops as f64);
                 }
             }
             median(runs)
@@ -218,6 +225,7 @@ fn ring_tokio(n: usize) -> String {
             for run in 0..=RING_RUNS {
                 let (txs, rxs): (Vec<_>, Vec<_>) =
                     (0..n).map(|_| tokio::sync::mpsc::unbounded_channel::<u64>()).unzip();
+                let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
                 let inject = txs[0].clone();
                 let mut txs: std::collections::VecDeque<_> = txs.into();
                 txs.rotate_left(1);
@@ -225,9 +233,11 @@ fn ring_tokio(n: usize) -> String {
                     .into_iter()
                     .zip(txs)
                     .map(|(mut rx, next)| {
+                        let done = done_tx.clone();
                         tokio::spawn(async move {
                             while let Some(left) = rx.recv().await {
                                 if left == 0 {
+                                    done.send(Instant::now()).unwrap();
                                     return;
                                 }
                                 next.send(left - 1).unwrap();
@@ -235,15 +245,17 @@ fn ring_tokio(n: usize) -> String {
                         })
                     })
                     .collect();
+                drop(done_tx);
                 let hops = ring_hops(n);
                 let start = Instant::now();
                 inject.send(hops).unwrap();
                 drop(inject);
+                let end = done_rx.recv().await.unwrap();
                 for h in hs {
                     h.await.unwrap();
                 }
                 if run > 0 {
-                    runs.push(start.elapsed().as_nanos() as f64 / hops as f64);
+                    runs.push(end.duration_since(start).as_nanos() as f64 / hops as f64);
                 }
             }
             median(runs)
