@@ -367,14 +367,22 @@ impl StackPool {
 
     /// Returns a stack; once more than `max_warm` used stacks are spare, the coldest are
     /// unmapped ([`TRIM_BATCH`] at a time, adjacent ones together).
+    #[inline]
     pub(crate) fn put(&self, stack: Stack) {
         let mut p = self.inner.lock();
         p.warm.push_back(stack);
         // Promises are kept from `warm` first: what is spare of it is what they leave.
         let spare = p.warm.len().saturating_sub(p.reserved);
-        if spare <= self.max_warm.saturating_add(TRIM_BATCH) {
-            return;
+        if spare > self.max_warm.saturating_add(TRIM_BATCH) {
+            self.trim(p, spare);
         }
+    }
+
+    /// Unmaps the coldest spare stacks down to `max_warm` (out of line: `put`, on every
+    /// actor's end, stays small enough to inline).
+    #[cold]
+    #[inline(never)]
+    fn trim(&self, mut p: parking_lot::MutexGuard<'_, Pool>, spare: usize) {
         // `warm` keeps at least `reserved + max_warm` stacks, so every promise still holds.
         let cold: Vec<Stack> = p.warm.drain(..spare - self.max_warm).collect();
         drop(p);
