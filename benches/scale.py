@@ -93,7 +93,11 @@ def worktree_build(rev, lock):
     if 'name = "scale"' not in text:
         with open(toml, "a") as f:
             f.write('\n[[bench]]\nname = "scale"\nharness = false\n')
-    return build(lock, cwd=wt, target_dir=os.path.join(ROOT, "target", "scale-before-target"), before=True)
+    try:
+        return build(lock, cwd=wt, target_dir=os.path.join(ROOT, "target", "scale-before-target"), before=True)
+    finally:
+        # The executable lives in the separate target dir; the worktree is not needed again.
+        subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT, check=False)
 
 
 def run_point(exe, mode, system, n):
