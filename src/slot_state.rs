@@ -16,7 +16,7 @@
 //! generation.
 //!
 //! Who may make which transition:
-//! - `FREE -> QUEUED`: the spawner that popped the slot from the free list ([`Slab::alloc`]),
+//! - `FREE -> QUEUED`: the spawner that popped the slot from the free list ([`Slab::alloc_marked`]),
 //!   after writing the control block; Release, paired with the Acquire in [`Slot::claim`].
 //! - `QUEUED -> RUNNING`: the scheduler thread that popped the index from a queue
 //!   ([`Slot::claim`]); it then owns the control block until it gives the actor up.
@@ -543,15 +543,16 @@ impl Slab {
         (self.fresh.load(Ordering::Acquire) as usize).min(self.slots.len())
     }
 
-    /// Takes a free slot and returns `(index, new generation)`. The slot stays FREE (with
-    /// the new generation not yet visible) until [`Slab::publish_queued`].
+    /// [`Slab::alloc_marked`] without the freshness (the tests' form).
     #[cfg(test)]
     pub(crate) fn alloc(&self) -> Option<(u32, u32)> {
         self.alloc_marked().map(|(index, gen, _)| (index, gen))
     }
 
-    /// [`Slab::alloc`], also saying whether the slot is fresh (never used: all zero, and
-    /// possibly on a page nothing has touched yet, whose first access should be a write).
+    /// Takes a free slot and returns `(index, new generation, fresh)`: `fresh` says the
+    /// slot was never used (all zero, and possibly on a page nothing has touched yet, whose
+    /// first access should be a write). The slot stays FREE (with the new generation not
+    /// yet visible) until [`Slab::publish_queued`].
     pub(crate) fn alloc_marked(&self) -> Option<(u32, u32, bool)> {
         let index = match self.pop_free() {
             Some(index) => index,
