@@ -314,7 +314,8 @@ impl<M> MailboxInner<M> {
             if s.removed != epoch {
                 (from, epoch) = (0, s.removed);
             }
-            if let Some(i) = find_owned(&mut s.queue, from, &mut test) {
+            let st = &mut *s;
+            if let Some(i) = find_owned(&mut st.queue, &mut st.removed, from, &mut test) {
                 return s.take_at(i);
             }
             from = s.queue.len();
@@ -325,7 +326,8 @@ impl<M> MailboxInner<M> {
                 if s.removed != epoch {
                     from = 0;
                 }
-                let i = find_owned(&mut s.queue, from, &mut test)?;
+                let st = &mut *s;
+                let i = find_owned(&mut st.queue, &mut st.removed, from, &mut test)?;
                 return s.take_at(i);
             }
         }
@@ -393,19 +395,31 @@ fn take_unseen<M>(
     (out.len() - before) as u64
 }
 
-/// The index of the first envelope of `queue` from index `from` on that `test` accepts. Each envelope is moved
-/// out to `test` and put back where it was (a swap with the last, O(1), no allocation: the
+/// The index of the first envelope of `queue` from index `from` on that `test` accepts.
+/// Each envelope is moved out to `test` and put back where it was (a swap with the last, O(1), no allocation: the
 /// length and capacity come back to what they were), so the queue is unchanged on return.
 /// If `test` panics, the envelope it holds is dropped and the last envelope stands in its
-/// place: the panic goes on to the receiving actor, which loses that one envelope.
+/// place: the panic goes on to the receiving actor, which loses that one envelope. The loss
+/// counts in `removed` (the mailbox's count of envelopes taken out), so a [`RecvMark`] made
+/// before it no longer skips by position.
 fn find_owned<M>(
     queue: &mut VecDeque<Envelope<M>>,
+    removed: &mut u64,
     from: usize,
     test: &mut impl FnMut(Envelope<M>) -> (bool, Envelope<M>),
 ) -> Option<usize> {
+    /// Counts the envelope `test` holds as taken out if `test` unwinds (forgotten otherwise).
+    struct LostOnUnwind<'a>(&'a mut u64);
+    impl Drop for LostOnUnwind<'_> {
+        fn drop(&mut self) {
+            *self.0 += 1;
+        }
+    }
     for i in from..queue.len() {
         let e = queue.swap_remove_back(i).expect("index in bounds");
+        let lost = LostOnUnwind(removed);
         let (hit, e) = test(e);
+        core::mem::forget(lost);
         queue.push_back(e);
         let last = queue.len() - 1;
         queue.swap(i, last);

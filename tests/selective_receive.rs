@@ -143,3 +143,33 @@ fn a_mark_of_another_mailbox_is_refused() {
     };
     assert!(format!("{:?}", down.reason).contains("another actor's mailbox"), "{:?}", down.reason);
 }
+
+#[test]
+fn an_envelope_lost_to_a_panicking_receive_guard_invalidates_a_mark() {
+    let rt = Runtime::builder().threads(1).quiet_panics(true).build().unwrap();
+    let got = rt
+        .run(|| {
+            let (tx, rx) = smarm::channel::oneshot();
+            smarm::spawn_actor(move |mb: Mailbox<u32>| {
+                mb.addr().send(1);
+                mb.addr().send(2);
+                let mark = mb.mark(); // two envelopes before it
+                mb.addr().send(3);
+                // A guard that panics on the 1: the receive loses it, and the 3 (the last
+                // envelope) takes its place at the head, before the mark's position.
+                let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    smarm::receive!(mb, {
+                        n if n == 1 && panic!("guard failed") => n,
+                        n if n == 99 => n,
+                        after std::time::Duration::ZERO => 0,
+                    })
+                }));
+                assert!(caught.is_err());
+                let three = mb.recv_match_from_timeout(mark, std::time::Duration::ZERO, |e| *e == Envelope::Msg(3));
+                tx.send((three, mb.len())).unwrap();
+            });
+            rx.recv().unwrap()
+        })
+        .unwrap();
+    assert_eq!(got, (Ok(Envelope::Msg(3)), 1), "the 3 was skipped by a stale mark");
+}
