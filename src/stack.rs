@@ -30,8 +30,8 @@
 //!
 //! A pool with no spare stack maps a batch of them with one `mmap` (16 the first time, then
 //! as many as the pool has mapped so far, at most 1,024) and installs their guards with one
-//! `process_madvise` per 1,024 (Linux 6.15 accepts any advice there for the calling process;
-//! older kernels fall back to one `madvise` per stack). Mapping a stack costs a spawn two
+//! `process_madvise` per 1,024 (recent kernels, 6.18 here, accept any advice there for the
+//! calling process; where it is refused, one `madvise` per stack). Mapping a stack costs a spawn two
 //! syscalls otherwise, and the guard's page-table walk: on this project's VM about 6 us per
 //! stack one by one against 0.6 us in batches of 1,024 (history 55). Each stack of a batch
 //! still owns its own range: dropping one unmaps just that range. Stacks released beyond the
@@ -149,7 +149,7 @@ impl Drop for Stack {
     }
 }
 
-/// `PIDFD_SELF_THREAD_GROUP` (include/uapi/linux/pidfd.h, Linux 6.15): the calling process,
+/// `PIDFD_SELF_THREAD_GROUP` (include/uapi/linux/pidfd.h, a recent kernel's): the calling process,
 /// for `process_madvise` without opening a pidfd.
 const PIDFD_SELF: libc::c_int = -10001;
 
@@ -188,7 +188,7 @@ fn guard_batch(mut rest: &[Stack]) -> &[Stack] {
         let r =
             unsafe { libc::syscall(libc::SYS_process_madvise, PIDFD_SELF, iov.as_ptr(), n, MADV_GUARD_INSTALL, 0u32) };
         if r <= 0 {
-            // Before Linux 6.15 (no PIDFD_SELF: EBADF; the advice not allowed there: EINVAL)
+            // An older kernel (no PIDFD_SELF: EBADF; the advice not allowed there: EINVAL)
             // or before 5.10 (ENOSYS). Any other error is the per-stack path's to report.
             let err = io::Error::last_os_error().raw_os_error();
             if r < 0 && matches!(err, Some(libc::EBADF | libc::EINVAL | libc::ENOSYS | libc::EPERM)) {
