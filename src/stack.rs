@@ -31,9 +31,10 @@
 //! A pool with no spare stack maps a batch of them with one `mmap` (16 the first time, then
 //! as many as the pool has mapped so far, at most 1,024) and installs their guards with one
 //! `process_madvise` per 1,024 (recent kernels, 6.18 here, accept any advice there for the
-//! calling process; where it is refused, one `madvise` per stack). Mapping a stack costs a spawn two
-//! syscalls otherwise, and the guard's page-table walk: on this project's VM about 6 us per
-//! stack one by one against 0.6 us in batches of 1,024 (history 55). Each stack of a batch
+//! calling process; where it is refused, one `madvise` per stack). One stack at a time costs a
+//! spawn two syscalls. A C program on this project's VM, mapping, guarding and touching the top
+//! page of each stack: 6.0 us per stack one by one, 2.1-2.8 us in batches of 1,024, of which
+//! the batched guard install is 0.55-0.6 us (history 55). Each stack of a batch
 //! still owns its own range: dropping one unmaps just that range. Stacks released beyond the
 //! bound are unmapped 64 at a time, sorted, with one `munmap` per run of adjacent stacks
 //! (the actors of a burst end in bursts, and their stacks were mapped side by side). The
@@ -149,8 +150,8 @@ impl Drop for Stack {
     }
 }
 
-/// `PIDFD_SELF_THREAD_GROUP` (include/uapi/linux/pidfd.h, a recent kernel's): the calling process,
-/// for `process_madvise` without opening a pidfd.
+/// `PIDFD_SELF_THREAD_GROUP` (include/uapi/linux/pidfd.h, a recent kernel's): the calling
+/// process, for `process_madvise` without opening a pidfd.
 const PIDFD_SELF: libc::c_int = -10001;
 
 /// Ranges per `process_madvise` call (the kernel's `UIO_MAXIOV`).
