@@ -225,3 +225,41 @@ fn runtime_threads_carry_the_builders_name_and_run_its_hooks() {
     assert!(started.iter().any(|n| n == "embedtest-blocking"));
     assert_eq!(stopped.load(Ordering::SeqCst), 4, "every thread ran its stop hook before run returned");
 }
+
+/// The calling thread's CPU mask, as a list of CPUs.
+fn cpu_mask() -> Vec<usize> {
+    // SAFETY: `cpu_set_t` is plain bits (all-zero is the empty set); the call writes only the
+    // set passed with its size, and pid 0 names the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set), 0);
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// `run` starts each scheduler thread away from the caller's CPU (a narrowed mask until the
+/// thread runs); by the time user code sees the thread (its start hook, its actors) the
+/// mask is the caller's again. Several runs, since which of the two sides of the
+/// steering handshake comes first varies.
+#[test]
+fn scheduler_threads_run_with_the_callers_cpu_mask() {
+    let caller = cpu_mask();
+    assert!(caller.len() >= 2, "this test needs two CPUs, the caller may use {caller:?}");
+    for _ in 0..20 {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let rt =
+            Runtime::builder().threads(3).on_thread_start(move || s.lock().unwrap().push(cpu_mask())).build().unwrap();
+        let in_actors = rt
+            .run(|| {
+                let hs: Vec<_> = (0..8).map(|_| smarm::spawn(cpu_mask)).collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+            })
+            .unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        for m in seen.iter().chain(&in_actors) {
+            assert_eq!(m, &caller);
+        }
+    }
+}

@@ -48,6 +48,7 @@ pub(crate) mod lazy;
 mod lifecycle;
 pub(crate) mod locals;
 mod park;
+mod placement;
 #[cfg(feature = "tracing")]
 pub(crate) mod spans;
 pub(crate) mod stats;
@@ -680,14 +681,27 @@ impl Runtime {
         let handle = shared.spawn(root, true).map_err(RunError::Spawn)?;
         let _ = shared.root_pid.set(handle.pid());
 
-        let mut threads = Vec::with_capacity(shared.config.threads - 1);
-        for k in 1..shared.config.threads {
+        let n = shared.config.threads;
+        // Each new thread starts away from this thread's CPU (see `placement`).
+        let placement = if n > 1 { placement::Placement::capture(n).map(Arc::new) } else { None };
+        let mut threads = Vec::with_capacity(n - 1);
+        for k in 1..n {
             let sh = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(shared.config.threads_setup.scheduler_name(k))
-                .spawn(move || worker::thread_main(sh, k));
+            let p = placement.clone();
+            let spawned =
+                std::thread::Builder::new().name(shared.config.threads_setup.scheduler_name(k)).spawn(move || {
+                    if let Some(p) = p {
+                        p.arrived(k);
+                    }
+                    worker::thread_main(sh, k)
+                });
             match spawned {
-                Ok(h) => threads.push(h),
+                Ok(h) => {
+                    if let Some(p) = &placement {
+                        p.steer(k, std::os::unix::thread::JoinHandleExt::as_pthread_t(&h));
+                    }
+                    threads.push(h)
+                }
                 // Run on the threads we have: thread 0 (this one) always exists, and nothing is
                 // ever pinned to a thread that never ran.
                 Err(_) => break,
