@@ -1,5 +1,6 @@
 //! The hand-off: a parking actor hands its thread straight to the actor in the wake slot,
-//! one switch instead of two and no scheduler round (see "Where runnable actors go" in
+//! and a yielding one to the head of the local queue: one switch instead of two and no
+//! scheduler round (see "Where runnable actors go" in
 //! `worker`). The slot, the lifo limit, the timer cadence and the pinned inbox are honoured
 //! exactly as a scheduler round would honour them.
 
@@ -61,10 +62,63 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
     w.wake_slot.set(NONE);
     w.lifo_runs.set(lifo_runs + 1);
     w.tick.set(tick);
-    let cell = slot.cell.get();
     // Not unwinding: only a thread-bound actor stays pinned (here, where it runs). The pin is
     // published to wakers by the Release park transition in `finish_hand_off`.
     let pin = update_pin(slot, w.index as u32, false);
+    Some(hand_over(w, slot, index, pin, next, false))
+}
+
+/// Yields the running actor by handing this thread straight to the actor the scheduler would
+/// run next, the head of the local queue, without a round through the scheduler stack (one
+/// switch instead of two). The yielder joins the back of the local queue once its context is
+/// saved (`finish_hand_off`), which is where the scheduler would have put it: the order of
+/// the queue is the same as after a scheduler round. Returns None, having done nothing, when
+/// the scheduler must decide instead: something is in the wake slot (its lifo accounting is
+/// the scheduler's), the tick is one where the shared queue goes first or the round's
+/// periodic work is due, pinned actors wait in the inbox, the shared queue holds work (a
+/// yielder queues behind it), the yielder is pinned or unwinding (it goes to the inbox), or
+/// the local queue is empty (the scheduler resumes the yielder at once).
+#[inline(always)]
+pub(super) fn hand_off_yield(w: &Worker) -> Option<(&'static Slot, &'static Worker)> {
+    // The local queue first: when it is empty (a lone yielder) nothing else is looked at.
+    if w.local().is_empty() || w.wake_slot.get() != NONE {
+        return None;
+    }
+    let sh = &*w.shared;
+    let tick = w.tick.get().wrapping_add(1);
+    if tick % GLOBAL_FIRST_INTERVAL == 0 || !w.inbox().is_empty() || !sh.run_queue.is_empty() {
+        return None;
+    }
+    let index = w.current.get();
+    // SAFETY: as in `switch_out`: the slab outlives the runtime's actors.
+    let slot: &'static Slot = unsafe { &*(sh.slab.slot(index) as *const Slot) };
+    // Relaxed: the running actor's own field (see `update_pin`).
+    if slot.pinned.load(Ordering::Relaxed) != UNPINNED || actor_unwinding(slot) {
+        return None;
+    }
+    // Committed once the pop succeeds: the local queue's head runs next, as the scheduler's
+    // step 4 would do (a thief may take it first; then there is nothing to hand to).
+    let next = w.local().pop()?;
+    w.lifo_runs.set(0);
+    w.tick.set(tick);
+    Some(hand_over(w, slot, index, UNPINNED, next, true))
+}
+
+/// The switch of both hand-offs: resumes `next` (queued, not yet claimed) in place of the
+/// running actor `index` (in `slot`, pinned to `pin`), which the resumed actor then parks
+/// (`yielded` false) or queues (`yielded` true) in `finish_hand_off`. Returns what the
+/// hand-off returns, once the actor is resumed again.
+#[inline(always)]
+fn hand_over(
+    w: &Worker,
+    slot: &'static Slot,
+    index: u32,
+    pin: u32,
+    next: u32,
+    yielded: bool,
+) -> (&'static Slot, &'static Worker) {
+    let sh = &*w.shared;
+    let cell = slot.cell.get();
     let next_slot = sh.slab.slot(next);
     next_slot.claim();
     let next_cell = next_slot.cell.get();
@@ -82,6 +136,7 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
     // its last register, an overflow of our stack is found through it (`guard_owner`).
     w.handed_from.set(index);
     w.handed_slot.set(slot);
+    w.handed_yield.set(yielded);
     w.current.set(next);
     w.slice_start.set(0);
     #[cfg(debug_assertions)]
@@ -93,12 +148,12 @@ pub(super) fn hand_off_park(w: &Worker) -> Option<(&'static Slot, &'static Worke
     crate::context::asan::leave(Some(&mut asan_save), unsafe { super::worker::actor_stack(&*next_cell) });
     // `next`'s saved sp is a suspended (or freshly bound) context and its `sched_sp` is set.
     // SAFETY: `next` is claimed (above); `handed_from` names us, and nobody resumes us
-    // before `next` has completed our park (we are RUNNING until then).
+    // before `next` has completed our park or yield (we are RUNNING until then).
     let resume_value =
         unsafe { crate::context::hand_off((*next_cell).sp, &raw mut (*cell).sp, w as *const Worker as usize) };
     #[cfg(smarm_asan)]
     crate::context::asan::arrive(asan_save);
-    Some((slot, resumed(slot, index, pin, false, resume_value)))
+    (slot, resumed(slot, index, pin, false, resume_value))
 }
 
 /// Run by every resumed actor before anything else: if a hand-off resumed it, the park
@@ -110,15 +165,27 @@ pub(super) fn complete_hand_off(w: &Worker) {
         w.handed_from.set(NONE);
         // SAFETY: set with `handed_from`: the slot of that actor, in the slab, which outlives
         // the runtime's actors.
-        finish_hand_off(w, prev, unsafe { &*w.handed_slot.get() });
+        finish_hand_off(w, prev, unsafe { &*w.handed_slot.get() }, w.handed_yield.get());
     }
 }
 
-/// The park transition of `prev`, which handed this thread over. If a wake arrived since it
-/// decided to park, it is queued to run again.
+/// The park transition of `prev`, which handed this thread over (or, if it `yielded`, its
+/// queueing at the back of the local queue). If a wake arrived since it decided to park, it
+/// is queued to run again.
 #[inline(never)]
-fn finish_hand_off(w: &Worker, prev: u32, prev_slot: &Slot) {
-    if !prev_slot.try_park() {
+fn finish_hand_off(w: &Worker, prev: u32, prev_slot: &Slot, yielded: bool) {
+    if yielded {
+        // Not pinned: `hand_off_yield` checked.
+        prev_slot.yield_queued();
+        w.push_local(prev);
+        // More work than this thread is running: an idle thread may take it, as after the
+        // scheduler's pop (`next_runnable`). Without this, a yielder behind an actor that
+        // spins without runtime calls would wait for a thread that sleeps.
+        let sh = &*w.shared;
+        if let Some(k) = sh.idle.nudge() {
+            sh.unpark(k);
+        }
+    } else if !prev_slot.try_park() {
         // Woken meanwhile: still RUNNING (the flag consumed); make it runnable. A
         // thread-bound actor is pinned here (it handed this thread over), and only this
         // thread may run it.

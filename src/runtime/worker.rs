@@ -165,6 +165,9 @@ pub(crate) struct Worker {
     /// actor completes first thing (`resumed`); NONE otherwise. `handed_slot` is its slot.
     pub(super) handed_from: Cell<u32>,
     pub(super) handed_slot: Cell<*const Slot>,
+    /// The hand-off from `handed_from` was a yield (`hand_off_yield`): it is queued, not
+    /// parked.
+    pub(super) handed_yield: Cell<bool>,
     /// rdtsc at the running actor's first preemption check since it was resumed; 0 until
     /// then (see `preempt`).
     pub(crate) slice_start: Cell<u64>,
@@ -917,6 +920,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         current: Cell::new(NONE),
         handed_from: Cell::new(NONE),
         handed_slot: Cell::new(core::ptr::null()),
+        handed_yield: Cell::new(false),
         slice_start: Cell::new(0),
         sends_left: Cell::new(SENDS_PER_CHECK),
         live_fp: Cell::new(crate::context::FP_DEFAULT),
@@ -1185,7 +1189,10 @@ pub(crate) fn yield_now() {
     if w.running_actor() {
         w.trace_park.set(1);
     }
-    let (slot, _) = switch_out(w, Intent::Yield);
+    let (slot, _) = match super::hand_off::hand_off_yield(w) {
+        Some(resumed) => resumed,
+        None => switch_out(w, Intent::Yield),
+    };
     #[cfg(feature = "tracing")]
     // SAFETY: the running actor's own control block.
     super::spans::resume(unsafe { &mut (*slot.cell.get()).spans });
