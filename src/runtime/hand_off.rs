@@ -178,13 +178,14 @@ fn finish_hand_off(w: &Worker, prev: u32, prev_slot: &Slot, yielded: bool) {
         // Not pinned: `hand_off_yield` checked.
         prev_slot.yield_queued();
         w.push_local(prev);
-        // More work than this thread is running: an idle thread may take it, as after the
-        // scheduler's pop (`next_runnable`). Without this, a yielder behind an actor that
-        // spins without runtime calls would wait for a thread that sleeps.
-        let sh = &*w.shared;
-        if let Some(k) = sh.idle.nudge() {
-            sh.unpark(k);
-        }
+        // Work this thread is not running: an idle thread may take it. Without this, a yielder
+        // behind an actor that spins without runtime calls would wait for a thread that
+        // sleeps. The full wake protocol (`Idle::wake_any`: SeqCst fence, then claim), not
+        // the fence-free `nudge` that `next_runnable` uses after its pop: here nothing
+        // orders the push's store before the read of the sleepers' bitmap (the scheduler
+        // path has its pop's CAS in between), so without the fence a thread that is just
+        // going to sleep could miss the yielder, and we its bit.
+        w.shared.wake_one();
     } else if !prev_slot.try_park() {
         // Woken meanwhile: still RUNNING (the flag consumed); make it runnable. A
         // thread-bound actor is pinned here (it handed this thread over), and only this
