@@ -10,6 +10,12 @@ use crate::runtime::{defer_stops, Runtime};
 impl Runtime {
     /// Runs `root` as the root actor on the calling thread plus `threads - 1` more.
     ///
+    /// Each new thread starts with its CPU affinity narrowed to the caller's allowed CPUs
+    /// minus the one the caller runs on, and widens it back to the caller's mask as its
+    /// first act, before `on_thread_start` runs: Linux may otherwise queue it on the caller's
+    /// CPU behind the root (see `runtime/placement.rs`). A mask set in `on_thread_start`
+    /// is kept.
+    ///
     /// When the root returns, the supervision trees it started are stopped, the remaining
     /// actors are shut down ([`DownReason::Shutdown`] at their next runtime call), their
     /// stacks freed and the threads joined; then `run` returns the root's value, or
