@@ -108,6 +108,13 @@ impl LocalQueue {
         t.wrapping_sub(h).min(CAP)
     }
 
+    /// The position of the oldest value (a snapshot): it changes with every pop, so a thief
+    /// can tell whether the value it saw before is still the oldest.
+    pub(crate) fn head(&self) -> usize {
+        // Acquire: as in `len`.
+        self.head.load(Ordering::Acquire)
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -118,6 +118,10 @@ const _: () = assert!(GLOBAL_FIRST_INTERVAL.is_power_of_two() && 64 % GLOBAL_FIR
 /// Rounds of looking at the queues before announcing sleep: a park/unpark pair costs a few
 /// microseconds of syscalls, which a message ping-pong between threads would pay per hop.
 const IDLE_SPINS: u32 = 64;
+/// How long an idle thread naps before it looks again at an actor it left to its owner
+/// (`Worker::steal`). Go's `runqgrab` sleeps 3 us; the sleep lasts longer by the thread's
+/// timer slack (50 us by default).
+const LONE_NAP: Duration = Duration::from_micros(3);
 
 thread_local! {
     static CURRENT_WORKER: Cell<*const Worker> = const { Cell::new(core::ptr::null()) };
@@ -168,6 +172,10 @@ pub(crate) struct Worker {
     /// The hand-off from `handed_from` was a yield (`hand_off_yield`): it is queued, not
     /// parked.
     pub(super) handed_yield: Cell<bool>,
+    /// The lone actor `steal` last left to its owner, as (thread, head position of its
+    /// queue), and whether `idle_wait` should nap before looking again.
+    lone_seen: Cell<Option<(usize, usize)>>,
+    lone_pending: Cell<bool>,
     /// rdtsc at the running actor's first preemption check since it was resumed; 0 until
     /// then (see `preempt`).
     pub(crate) slice_start: Cell<u64>,
@@ -394,7 +402,37 @@ impl Worker {
     fn steal(&self) -> Option<u32> {
         let locals = &self.shared.locals;
         let n = locals.len();
-        let found = (1..n).find_map(|k| locals[(self.index + k) % n].pop());
+        // A queue's only actor is left to its owner, which is running and takes it next (a
+        // spawn chain, a hand-off partner displaced from the wake slot): taking it would
+        // move it to another core for nothing. It is taken only if it is still the same one
+        // after a nap (`idle_wait`): then its owner is stuck (an actor that makes no runtime
+        // call), and it must not wait for it. Go's `runqgrab` does the same with `runnext`.
+        let mut lone = None;
+        let mut found = (1..n).find_map(|k| {
+            let k = (self.index + k) % n;
+            let q = &locals[k];
+            match q.len() {
+                0 => None,
+                1 => {
+                    lone = lone.or(Some(k));
+                    None
+                }
+                _ => q.pop(),
+            }
+        });
+        if found.is_none() {
+            if let Some(k) = lone {
+                let q = &locals[k];
+                // Which actor it is: the queue's head position changes with every pop.
+                let key = (k, q.head());
+                if self.lone_seen.get() == Some(key) {
+                    found = q.pop();
+                } else {
+                    self.lone_seen.set(Some(key));
+                    self.lone_pending.set(true);
+                }
+            }
+        }
         if found.is_some() {
             stats::bump(&self.stats().steals);
         }
@@ -802,6 +840,14 @@ impl Worker {
             self.charge_cpu(core::ptr::null());
         }
         self.arm_timeouts(true);
+        if self.lone_pending.replace(false) {
+            // Without announcing sleep, so no spawn or wake will cut the nap short: the owner
+            // of the lone actor is running, and work that appears meanwhile waits at most one
+            // nap for this thread (a wake that cut it short, on a queue growing past one, cost
+            // the spawn of a pair a cross-core steal per round: history 58).
+            std::thread::sleep(LONE_NAP);
+            return;
+        }
         let inbox = self.inbox();
         for _ in 0..IDLE_SPINS {
             if !sh.run_queue.is_empty() || !inbox.is_empty() || self.stealable() {
@@ -921,6 +967,8 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         handed_from: Cell::new(NONE),
         handed_slot: Cell::new(core::ptr::null()),
         handed_yield: Cell::new(false),
+        lone_seen: Cell::new(None),
+        lone_pending: Cell::new(false),
         slice_start: Cell::new(0),
         sends_left: Cell::new(SENDS_PER_CHECK),
         live_fp: Cell::new(crate::context::FP_DEFAULT),
