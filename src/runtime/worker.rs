@@ -25,7 +25,9 @@
 //!    steal);
 //! 5. if actors wait on I/O, a non-blocking poll of the reactor (what it wakes lands in the
 //!    wake slot and the local queue);
-//! 6. the oldest actor of another thread's local queue (a steal);
+//! 6. the oldest actor of another thread's local queue (a steal). A queue's only actor is
+//!    left to its owner, which is running and takes it next: the thief naps (without
+//!    announcing sleep) and takes it only if it is still there afterwards (see `steal`);
 //! 7. otherwise go idle (`idle` module protocol), parked until woken or the next deadline;
 //!    the one idle thread that gets the reactor's poll waits in `epoll_wait` instead.
 //!
@@ -42,7 +44,9 @@
 //! - Yielded here, or displaced: this thread's local queue (`local_queue`), which other
 //!   threads steal from, so nothing queued here is ever invisible to idle threads. A yield
 //!   goes to the shared queue instead while that one holds work (older work that the
-//!   yielder must not keep overtaking). Every `GLOBAL_FIRST_INTERVAL`-th round a thread
+//!   yielder must not keep overtaking). Otherwise a yield hands the thread straight to the
+//!   local queue's head (`hand_off_yield`), which queues the yielder at the back once its
+//!   context is saved: the order a scheduler round gives, with one switch instead of two. Every `GLOBAL_FIRST_INTERVAL`-th round a thread
 //!   also takes one actor from a local queue at least two longer than its own, so threads
 //!   that are all busy (and so never run dry and steal) still even out.
 //! - Spawned by an actor of this runtime: the spawning thread's local queue, and a sleeper
