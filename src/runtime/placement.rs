@@ -82,15 +82,16 @@ impl Placement {
     /// CPU unless it has already started.
     pub(super) fn steer(&self, k: usize, thread: libc::pthread_t) {
         let state = &self.states[k];
-        // Acquire on failure: nothing to read; Relaxed would do, the byte alone decides.
-        // AcqRel on success: orders nothing either (see `arrived`); the byte is the protocol.
+        // AcqRel / Acquire: more than needed; the CAS alone decides who came first, and the
+        // ordering that matters is the STEERED store's (below).
         if state.compare_exchange(FREE, STEERING, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return;
         }
-        // SAFETY: `thread` was returned by a successful spawn and is not joined yet (the
-        // caller holds its `JoinHandle`), so it names a live or finished-but-unjoined thread;
-        // the call reads `away` with its size. A failure (a CPU taken offline meanwhile)
-        // leaves the mask as it was, which is also correct: steering is a hint.
+        // A failure (a CPU taken offline meanwhile) leaves the mask as it was, which is also
+        // correct: steering is a hint.
+        // SAFETY: `thread` came from a successful spawn whose `JoinHandle` the caller holds
+        // (not joined), so it names a live or finished-but-unjoined thread; the call reads
+        // `away` with its size.
         unsafe {
             libc::pthread_setaffinity_np(thread, std::mem::size_of_val(&self.away), &self.away);
         }
@@ -103,7 +104,7 @@ impl Placement {
     /// steered, and otherwise makes sure it will not be.
     pub(super) fn arrived(&self, k: usize) {
         let state = &self.states[k];
-        // AcqRel / Acquire: see `steer`.
+        // AcqRel / Acquire: as in `steer`.
         if state.compare_exchange(FREE, STARTED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             return;
         }
