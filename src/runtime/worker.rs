@@ -176,9 +176,9 @@ pub(crate) struct Worker {
     /// The hand-off from `handed_from` was a yield (`hand_off_yield`): it is queued, not
     /// parked.
     pub(super) handed_yield: Cell<bool>,
-    /// The lone actor `steal` last left to its owner, as (thread, head position of its
-    /// queue), and whether `idle_wait` should nap before looking again.
-    lone_seen: Cell<Option<(usize, usize)>>,
+    /// Per thread, the head position of its queue when `steal` last left its lone actor to
+    /// it (`usize::MAX`: none), and whether `idle_wait` should nap before looking again.
+    lone_seen: Box<[Cell<usize>]>,
     lone_pending: Cell<bool>,
     /// rdtsc at the running actor's first preemption check since it was resumed; 0 until
     /// then (see `preempt`).
@@ -411,33 +411,40 @@ impl Worker {
         // move it to another core for nothing. It is taken only if it is still the same one
         // after a nap (`idle_wait`): then its owner is stuck (an actor that makes no runtime
         // call), and it must not wait for it. Go's `runqgrab` does the same with `runnext`.
-        let mut lone = None;
+        // Each thread's lone actor is remembered by its queue's head position (which changes
+        // with every pop), so one owner's progress never hides another owner being stuck.
+        let mut any_lone = false;
         let mut found = (1..n).find_map(|k| {
-            let k = (self.index + k) % n;
-            let q = &locals[k];
+            let q = &locals[(self.index + k) % n];
             match q.len() {
                 0 => None,
                 1 => {
-                    lone = lone.or(Some(k));
+                    any_lone = true;
                     None
                 }
                 _ => q.pop(),
             }
         });
-        if found.is_none() {
-            if let Some(k) = lone {
+        if found.is_none() && any_lone {
+            for j in 1..n {
+                let k = (self.index + j) % n;
                 let q = &locals[k];
-                // Which actor it is: the queue's head position changes with every pop.
-                let key = (k, q.head());
-                if self.lone_seen.get() == Some(key) {
+                if q.len() != 1 {
+                    continue;
+                }
+                let head = q.head();
+                if self.lone_seen[k].replace(head) == head {
                     found = q.pop();
+                    if found.is_some() {
+                        break;
+                    }
                 } else {
-                    self.lone_seen.set(Some(key));
                     self.lone_pending.set(true);
                 }
             }
         }
         if found.is_some() {
+            self.lone_pending.set(false);
             stats::bump(&self.stats().steals);
         }
         found
@@ -958,6 +965,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
     #[cfg(feature = "smarm-trace")]
     let trace = shared.trace_rings[index].writer().expect("smarm: a scheduler thread's ring has one writer");
     let cpu_time = shared.config.cpu_time;
+    let lone_seen = (0..shared.locals.len()).map(|_| Cell::new(usize::MAX)).collect();
     let worker = Worker {
         index,
         inbox: &*shared.inboxes[index],
@@ -971,7 +979,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         handed_from: Cell::new(NONE),
         handed_slot: Cell::new(core::ptr::null()),
         handed_yield: Cell::new(false),
-        lone_seen: Cell::new(None),
+        lone_seen,
         lone_pending: Cell::new(false),
         slice_start: Cell::new(0),
         sends_left: Cell::new(SENDS_PER_CHECK),
