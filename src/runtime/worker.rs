@@ -46,7 +46,8 @@
 //!   goes to the shared queue instead while that one holds work (older work that the
 //!   yielder must not keep overtaking). Otherwise a yield hands the thread straight to the
 //!   local queue's head (`hand_off_yield`), which queues the yielder at the back once its
-//!   context is saved: the order a scheduler round gives, with one switch instead of two. Every `GLOBAL_FIRST_INTERVAL`-th round a thread
+//!   context is saved: the order a scheduler round gives, with one switch instead of two.
+//!   Every `GLOBAL_FIRST_INTERVAL`-th round a thread
 //!   also takes one actor from a local queue at least two longer than its own, so threads
 //!   that are all busy (and so never run dry and steal) still even out.
 //! - Spawned by an actor of this runtime: the spawning thread's local queue, and a sleeper
