@@ -263,3 +263,54 @@ fn scheduler_threads_run_with_the_callers_cpu_mask() {
         }
     }
 }
+
+/// Sets the calling thread's CPU mask to `cpus`.
+fn set_cpu_mask(cpus: &[usize]) {
+    // SAFETY: as in `cpu_mask`; the call reads the set passed with its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
+    }
+}
+
+/// The restore of the caller's mask comes before `on_thread_start`: a mask the hook sets is
+/// the one the thread's actors run with.
+#[test]
+fn a_mask_set_in_the_start_hook_is_kept() {
+    let caller = cpu_mask();
+    assert!(caller.len() >= 2, "this test needs two CPUs, the caller may use {caller:?}");
+    let last = *caller.last().unwrap();
+    let rt = Runtime::builder()
+        .threads(2)
+        .on_thread_start(move || {
+            // Only scheduler thread 1: the caller's own mask is left alone.
+            if std::thread::current().name() == Some("smarm-worker-1") {
+                set_cpu_mask(&[last]);
+            }
+        })
+        .build()
+        .unwrap();
+    let seen = rt
+        .run(|| {
+            let mut seen = Vec::new();
+            // Until an actor has run on thread 1 (bounded: a miss fails instead of hanging).
+            for _ in 0..100_000 {
+                let (k, m) = smarm::spawn(|| (smarm::current_thread_index(), cpu_mask())).join().unwrap();
+                seen.push((k, m));
+                if seen.iter().any(|(k, _)| *k == Some(1)) {
+                    break;
+                }
+            }
+            seen
+        })
+        .unwrap();
+    let on_1: Vec<_> = seen.iter().filter(|(k, _)| *k == Some(1)).collect();
+    assert!(!on_1.is_empty(), "no actor ran on thread 1");
+    for (_, m) in on_1 {
+        assert_eq!(m, &vec![last]);
+    }
+    assert_eq!(cpu_mask(), caller, "the caller's mask is untouched");
+}

@@ -1,14 +1,15 @@
 //! Where a new scheduler thread first runs: away from the CPU of the thread that starts it.
 //!
 //! `Runtime::run` starts threads 1..n and then runs the root on the calling thread (thread 0)
-//! at once. Linux places a new thread by fork balancing, which weighs each CPU's recent load;
-//! a CPU that a previous runtime's thread has just left still carries it, so the kernel may
-//! queue the new thread on the caller's own CPU. There it waits behind the root, which does
-//! not block, while another CPU idles: on the 2-vCPU machine of history 58 that happened in
-//! every other `run` of a 2-thread runtime, and the second thread began 0.9 ms late, after
-//! the root had finished (0.1 ms when placed well). Blocking the caller until its threads run
-//! (tokio's `block_on` blocks its caller while its workers run the root) does not cure it
-//! there: the wake that ends the wait is placed on the new thread's CPU and preempts it.
+//! at once. The kernel may queue a new thread on the caller's own CPU, where it waits behind
+//! the root, which does not block, while another CPU idles: on the 2-vCPU machine of history
+//! 58 that happened in every other `run` of a 2-thread runtime (`sched_getcpu` of both), and
+//! the second thread began 0.9 ms late, after the root had finished (0.1 ms when placed
+//! well). The strict alternation fits fork balancing, which weighs each CPU's recent load (the
+//! CPU the previous runtime's thread left still carries it); that cause was not checked.
+//! Blocking the caller until its threads run (tokio's `block_on` blocks its caller while its
+//! workers run the root) did not cure it there: the caller, woken, was placed on the new
+//! thread's CPU, and the new thread again ran only after the root had finished.
 //!
 //! So `run` steers each new thread: right after creating it, it restricts the thread's
 //! affinity to the caller's allowed CPUs minus the one the caller is on (the kernel then moves

@@ -125,7 +125,7 @@ const _: () = assert!(GLOBAL_FIRST_INTERVAL.is_power_of_two() && 64 % GLOBAL_FIR
 const IDLE_SPINS: u32 = 64;
 /// How long an idle thread naps before it looks again at an actor it left to its owner
 /// (`Worker::steal`). Go's `runqgrab` sleeps 3 us; the sleep lasts longer by the thread's
-/// timer slack (50 us by default).
+/// timer slack (50 us by default): a median of 58 us on this project's VM (history 58).
 const LONE_NAP: Duration = Duration::from_micros(3);
 
 thread_local! {
