@@ -103,9 +103,13 @@ fn smarm_sends_to_erl_names_and_pids_and_monitors_them() {
     let port = epmd.port;
     run(move || {
         let _node = cluster::start(config(&me, port)).unwrap();
-        let script = "register(sink, self()), io:format(\"ready~n\"), \
+        // The process that exits is spawned: if the -eval process itself exited, init would
+        // halt the node at once, racing the DOWN it owes us against the connection's close
+        // (and `noconnection` would then be the right answer).
+        let script = "spawn(fun() -> register(sink, self()), io:format(\"ready~n\"), \
              receive {hello, From, N} -> io:format(\"got ~p~n\", [N]), From ! {thanks, self()} end, \
-             receive stop -> io:format(\"stopping~n\"), exit(bye) end.";
+             receive stop -> io:format(\"stopping~n\"), exit(bye) end end), \
+             receive after infinity -> ok end.";
         let erl = Arc::new(Erl::start(&unique("erl_b"), COOKIE, port, script));
         erl.expect_in_actor("ready");
         assert!(smarm::connect(&erl.name), "connect to {}", erl.name);

@@ -6,9 +6,13 @@
 //! `NodeShared::conns` maps a peer's node name to its [`Slot`]: `Pending` while handshakes
 //! to or from it are in progress (frames sent meanwhile wait in its queue, bounded by
 //! [`MAX_PENDING_BYTES`]; callers of [`connect`] wait on its waiters), then `Up` with the
-//! connection. The simultaneous-connect rule of the protocol decides which of two crossing
-//! handshakes wins (the one initiated by the node with the greater name); the other side
-//! answers `nok` and its initiator waits for the winner instead of failing.
+//! connection. A connect or a send to a peer with a handshake in progress, in either
+//! direction, waits for it rather than starting another; if one the peer started fails,
+//! waiting callers and frames get one outgoing attempt of our own. The simultaneous-connect
+//! rule of the protocol decides which of two crossing handshakes wins (the one initiated by
+//! the node with the greater name); the other side answers `nok` and its initiator waits for
+//! the winner instead of failing. An initiator told `alive` withdraws if a connection came up
+//! meanwhile, so a live connection is never closed as stale.
 //!
 //! # Order
 //!
@@ -159,6 +163,45 @@ pub(crate) struct Pending {
     attempts: u32,
     /// True while our own outgoing handshake is one of them.
     outgoing: bool,
+    /// True once an outgoing handshake was started for this entry (so a failed incoming one
+    /// is followed by at most one of our own).
+    tried_outgoing: bool,
+    /// Cancels our outgoing handshake while it runs.
+    abort: Option<Arc<Abort>>,
+}
+
+/// The cancel switch of one outgoing handshake. Answering `ok_simultaneous` to the peer's
+/// crossing handshake cancels ours (OTP's net_kernel kills the pending owner the same way):
+/// left running, it would reach the peer later, after the winning connection is gone
+/// (a disconnect), and be accepted there as a new connection nobody asked for.
+#[derive(Default)]
+pub(crate) struct Abort {
+    /// Cancelled, and the handshake's socket once it has one (shut down on cancel).
+    state: Mutex<(bool, Option<Arc<TcpStream>>)>,
+}
+
+impl Abort {
+    /// Cancels the handshake: a blocked read of it fails at once.
+    fn cancel(&self) {
+        let mut st = self.state.lock();
+        st.0 = true;
+        if let Some(sock) = st.1.take() {
+            let _ = sock.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Gives the handshake's socket to the switch; false if it was cancelled already.
+    fn register(&self, sock: &Arc<TcpStream>) -> bool {
+        let mut st = self.state.lock();
+        if !st.0 {
+            st.1 = Some(sock.clone());
+        }
+        !st.0
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.state.lock().0
+    }
 }
 
 /// One established connection.
@@ -418,8 +461,10 @@ fn incoming(sh: Arc<NodeShared>, sock: TcpStream) {
         Err(e) => return sh.log(format_args!("acceptor: {e}")),
     };
     let mut counted: Option<Arc<str>> = None;
+    let mut frames = 0usize;
     let result: Result<NodeIdent, String> = (|| loop {
         let frame = s.frame(sh.cfg.setup_time)?;
+        frames += 1;
         match hs.on_frame(&frame).map_err(|e| e.to_string())? {
             AcceptorStep::Name(peer) => {
                 let status = decide_status(&sh, &peer.name);
@@ -427,8 +472,10 @@ fn incoming(sh: Arc<NodeShared>, sock: TcpStream) {
                     counted = Some(Arc::from(peer.name.as_str()));
                 }
                 s.send(&hs.status(status).map_err(|e| e.to_string())?)?;
-                if matches!(status, Status::Nok | Status::NotAllowed) {
-                    return Err(format!("refused {} ({status:?})", peer.name));
+                match status {
+                    Status::Nok => return Err(CROSSED.into()),
+                    Status::NotAllowed => return Err(format!("refused {} ({status:?})", peer.name)),
+                    _ => {}
                 }
             }
             AcceptorStep::AliveAnswer(true) => {
@@ -440,7 +487,7 @@ fn incoming(sh: Arc<NodeShared>, sock: TcpStream) {
                 s.send(&hs.challenge().map_err(|e| e.to_string())?)?;
             }
             AcceptorStep::Continue => {}
-            AcceptorStep::AliveAnswer(false) => return Err("peer withdrew (alive: false)".into()),
+            AcceptorStep::AliveAnswer(false) => return Err(CROSSED.into()),
             AcceptorStep::Done { peer, send } => {
                 s.send(&send)?;
                 return Ok(peer);
@@ -448,9 +495,16 @@ fn incoming(sh: Arc<NodeShared>, sock: TcpStream) {
         }
     })();
     match result {
-        Ok(peer) => run_connection(sh, s, peer),
+        Ok(peer) => {
+            run_connection(sh, s, peer, None);
+        }
         Err(e) => {
-            sh.log(format_args!("incoming handshake failed: {e}"));
+            // Not logged: the protocol's own outcomes (CROSSED), and a connection that closed
+            // before it sent anything (an outgoing handshake the peer cancelled right after
+            // connecting, as a crossing one won; a port probe).
+            if e != CROSSED && frames > 0 {
+                sh.log(format_args!("incoming handshake failed: {e}"));
+            }
             if let Some(name) = counted {
                 attempt_failed(&sh, &name, false);
             }
@@ -470,6 +524,9 @@ fn decide_status(sh: &NodeShared, peer: &str) -> Status {
         Some(Slot::Pending(p)) => {
             p.attempts += 1;
             if p.outgoing {
+                if let Some(a) = &p.abort {
+                    a.cancel();
+                }
                 Status::OkSimultaneous
             } else {
                 Status::Ok
@@ -499,14 +556,22 @@ fn take_down_old(sh: &NodeShared, name: &str) {
 }
 
 /// One handshake attempt with `name` ended without a connection.
-fn attempt_failed(sh: &NodeShared, name: &str, outgoing: bool) {
+fn attempt_failed(sh: &Arc<NodeShared>, name: &str, outgoing: bool) {
     let mut conns = sh.conns.lock();
     if let Some(Slot::Pending(p)) = conns.get_mut(name) {
         p.attempts = p.attempts.saturating_sub(1);
         if outgoing {
             p.outgoing = false;
+            p.abort = None;
         }
         if p.attempts == 0 {
+            // Callers and frames waited for a handshake the peer started, and it failed: try
+            // once ourselves before giving up on them.
+            if !p.tried_outgoing && (!p.waiters.is_empty() || !p.queued.is_empty()) {
+                let attempt = start_outgoing(&mut conns, name);
+                drop(conns);
+                return spawn_outgoing(sh, attempt);
+            }
             if let Some(Slot::Pending(p)) = conns.remove(name) {
                 drop(conns);
                 for w in p.waiters {
@@ -547,7 +612,7 @@ fn locate(sh: &NodeShared, name: &str) -> Result<SocketAddr, String> {
 }
 
 /// The initiating side of a handshake with `name`, then the connection's reader.
-fn outgoing(sh: Arc<NodeShared>, name: Arc<str>) {
+fn outgoing(sh: Arc<NodeShared>, Attempt { name, abort }: Attempt) {
     let result: Result<(Transport, NodeIdent), String> = (|| {
         let addr = locate(&sh, &name)?;
         let sock = TcpStream::connect_timeout(&addr, sh.cfg.setup_time).map_err(|e| format!("{addr}: {e}"))?;
@@ -555,6 +620,9 @@ fn outgoing(sh: Arc<NodeShared>, name: Arc<str>) {
         let _ = sock.set_read_timeout(Some(sh.cfg.setup_time));
         let host = name.split_once('@').map_or("", |(_, h)| h);
         let mut s = super::transport_connect(&sh, host, sock)?;
+        if !abort.register(&s.sock) {
+            return Err(CANCELLED.into());
+        }
         let mut hs = Initiator::new(our_ident(&sh), sh.cookie.clone(), name.to_string(), random_u32())
             .map_err(|e| e.to_string())?;
         s.send(&hs.start())?;
@@ -563,8 +631,15 @@ fn outgoing(sh: Arc<NodeShared>, name: Arc<str>) {
             match hs.on_frame(&frame).map_err(|e| e.to_string())? {
                 InitiatorStep::Status(Status::Ok | Status::OkSimultaneous) => {}
                 InitiatorStep::Status(Status::Alive) => {
-                    // We are initiating, so we hold no connection to it: the peer's is stale.
-                    s.send(&hs.answer_alive(true).map_err(|e| e.to_string())?)?;
+                    // The peer holds a connection to us. If we hold none, it is stale: go on,
+                    // and the peer closes it. If one came up meanwhile (the peer's own
+                    // handshake, accepted here), it is the live one: withdraw (OTP's
+                    // `is_pending` answer).
+                    let superseded = matches!(sh.conns.lock().get(&*name), Some(Slot::Up(c)) if !c.is_closed());
+                    s.send(&hs.answer_alive(!superseded).map_err(|e| e.to_string())?)?;
+                    if superseded {
+                        return Err(SUPERSEDED.into());
+                    }
                 }
                 InitiatorStep::Status(Status::Nok) => return Err("nok".into()),
                 InitiatorStep::Status(st) => return Err(format!("refused: {st:?}")),
@@ -573,9 +648,15 @@ fn outgoing(sh: Arc<NodeShared>, name: Arc<str>) {
             }
         }
     })();
+    // A handshake cancelled while it ran fails on its shut socket with some I/O error.
+    let result = result.map_err(|e| if abort.is_cancelled() { CANCELLED.into() } else { e });
     match result {
-        Ok((s, peer)) => run_connection(sh, s, peer),
-        Err(e) if e == "nok" => {
+        Ok((s, peer)) => {
+            if !run_connection(sh.clone(), s, peer, Some(&abort)) {
+                attempt_failed(&sh, &name, true);
+            }
+        }
+        Err(e) if e == "nok" || e == SUPERSEDED || e == CANCELLED => {
             // Simultaneous connect that the peer's own attempt wins: wait for it.
             let (tx, mut rx) = channel::oneshot();
             let waiting = match sh.conns.lock().get_mut(&*name) {
@@ -597,31 +678,55 @@ fn outgoing(sh: Arc<NodeShared>, name: Arc<str>) {
     }
 }
 
-/// Marks an outgoing attempt to `name` as started unless one runs; the caller holds
+/// The end of an incoming handshake that crossed one of ours and lost (we answered `nok`), or
+/// whose initiator withdrew because the crossing one won (`alive` answered `false`): the
+/// protocol working, not an error to log.
+const CROSSED: &str = "crossed by another handshake";
+
+/// The error of an outgoing handshake withdrawn because a connection came up meanwhile.
+const SUPERSEDED: &str = "superseded by a connection the peer started";
+
+/// The error of an outgoing handshake cancelled by the peer's crossing one (see [`Abort`]).
+const CANCELLED: &str = "cancelled: the peer's crossing handshake wins";
+
+/// An outgoing handshake to start: the peer's name and the handshake's cancel switch.
+struct Attempt {
+    name: Arc<str>,
+    abort: Arc<Abort>,
+}
+
+/// Marks an outgoing attempt to `name` as started unless a handshake with it is in progress; the caller holds
 /// `conns`' lock. Returns the attempt to spawn, which the caller must hand to
 /// [`spawn_outgoing`] once it has released the lock: a spawn may yield the thread (its
 /// preemption check), and an actor suspended while holding a `RawMutex` would leave every
 /// thread that then takes the lock blocked in the kernel, with nobody to resume the holder.
 #[must_use]
-fn start_outgoing(conns: &mut std::collections::HashMap<Arc<str>, Slot>, name: &str) -> Option<Arc<str>> {
+fn start_outgoing(conns: &mut std::collections::HashMap<Arc<str>, Slot>, name: &str) -> Option<Attempt> {
     let key: Arc<str> = Arc::from(name);
     let p = match conns.entry(key.clone()).or_insert_with(|| Slot::Pending(Pending::default())) {
         Slot::Pending(p) => p,
         Slot::Up(_) => return None,
     };
-    if p.outgoing {
+    // Any handshake in progress (ours, or one the peer started) is waited for: a second,
+    // crossing one could complete too, and whichever of the two connections one side then
+    // closes as stale would take the other's only connection with it (OTP's net_kernel
+    // likewise queues a connect behind a pending connection in either direction).
+    if p.attempts > 0 {
         return None;
     }
+    let abort = Arc::new(Abort::default());
     p.outgoing = true;
+    p.tried_outgoing = true;
     p.attempts += 1;
-    Some(key)
+    p.abort = Some(abort.clone());
+    Some(Attempt { name: key, abort })
 }
 
 /// Spawns the attempt [`start_outgoing`] started (called without `conns`' lock).
-fn spawn_outgoing(sh: &Arc<NodeShared>, attempt: Option<Arc<str>>) {
-    if let Some(key) = attempt {
+fn spawn_outgoing(sh: &Arc<NodeShared>, attempt: Option<Attempt>) {
+    if let Some(a) = attempt {
         let sh = sh.clone();
-        crate::task::spawn(move || outgoing(sh, key));
+        crate::task::spawn(move || outgoing(sh, a));
     }
 }
 
@@ -671,13 +776,27 @@ pub(crate) fn connect(sh: &Arc<NodeShared>, name: &str) -> Option<Arc<Conn>> {
     }
 }
 
+/// Whether a send may set up a connection to its node.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Connect {
+    /// Connect on demand (Erlang's `!` with `dist_auto_connect`).
+    OnDemand,
+    /// Send only over a connection that is up, else drop (`erlang:send/3`'s `noconnect`).
+    /// Protocol traffic (`pg`'s) uses it, so a message sent after a disconnect does not
+    /// reconnect on its own.
+    No,
+}
+
 /// Queues an encoded frame for node `name` (incarnation `creation`, if known), connecting on
-/// demand. False if it was dropped.
-fn route(sh: &Arc<NodeShared>, name: &str, creation: Option<u32>, frame: Vec<u8>) -> bool {
+/// demand if `connect` allows. False if it was dropped.
+fn route(sh: &Arc<NodeShared>, name: &str, creation: Option<u32>, frame: Vec<u8>, connect: Connect) -> bool {
     if handshake::validate_node_name(name).is_err() || name == &*sh.local.name {
         return false;
     }
     let mut conns = sh.conns.lock();
+    if connect == Connect::No && !matches!(conns.get(name), Some(Slot::Up(_))) {
+        return false;
+    }
     match conns.get_mut(name) {
         Some(Slot::Up(c)) => {
             if creation.is_some_and(|cr| cr != c.peer.creation) {
@@ -692,11 +811,14 @@ fn route(sh: &Arc<NodeShared>, name: &str, creation: Option<u32>, frame: Vec<u8>
             }
             // It was closing: let it leave (its NodeDown then precedes the next connection's
             // NodeUp), then route again, which connects anew. Only this rare path pays.
+            if connect == Connect::No {
+                return false;
+            }
             c.wait_removed(sh.cfg.setup_time);
             if matches!(sh.conns.lock().get(name), Some(Slot::Up(u)) if Arc::ptr_eq(u, &c)) {
                 return false; // still not gone within the setup time
             }
-            route(sh, name, creation, frame)
+            route(sh, name, creation, frame, connect)
         }
         Some(Slot::Pending(p)) => {
             if p.queued.len() + frame.len() > MAX_PENDING_BYTES {
@@ -704,10 +826,9 @@ fn route(sh: &Arc<NodeShared>, name: &str, creation: Option<u32>, frame: Vec<u8>
                 sh.count_drop(format_args!("{name} is connecting and {MAX_PENDING_BYTES} bytes already wait"));
                 return false;
             }
+            // A handshake is in progress (entries without one are removed): the frame waits
+            // for it.
             p.queued.extend_from_slice(&frame);
-            let attempt = if p.outgoing { None } else { start_outgoing(&mut conns, name) };
-            drop(conns);
-            spawn_outgoing(sh, attempt);
             true
         }
         None => {
@@ -723,7 +844,7 @@ fn route(sh: &Arc<NodeShared>, name: &str, creation: Option<u32>, frame: Vec<u8>
 }
 
 /// Sends `term` to `pid` (remote, or local through its mailbox's decoder).
-pub(crate) fn send_term(sh: &Arc<NodeShared>, pid: Pid, term: Term) -> bool {
+pub(crate) fn send_term(sh: &Arc<NodeShared>, pid: Pid, term: Term, connect: Connect) -> bool {
     if !pid.is_remote() {
         deliver(sh, pid, term);
         return true;
@@ -734,11 +855,11 @@ pub(crate) fn send_term(sh: &Arc<NodeShared>, pid: Pid, term: Term) -> bool {
     if ctrl::encode_frame(&mut frame, &ctrl, Some(&term)).is_err() {
         return false;
     }
-    route(sh, &name, Some(creation), frame)
+    route(sh, &name, Some(creation), frame, connect)
 }
 
 /// Sends `term` to `{name, node}`.
-pub(crate) fn send_named_term(sh: &Arc<NodeShared>, name: &str, node: &str, term: Term) -> bool {
+pub(crate) fn send_named_term(sh: &Arc<NodeShared>, name: &str, node: &str, term: Term, connect: Connect) -> bool {
     if node == &*sh.local.name {
         deliver_named(sh, name, term);
         return true;
@@ -749,7 +870,7 @@ pub(crate) fn send_named_term(sh: &Arc<NodeShared>, name: &str, node: &str, term
     if ctrl::encode_frame(&mut frame, &ctrl, Some(&term)).is_err() {
         return false;
     }
-    route(sh, node, None, frame)
+    route(sh, node, None, frame, connect)
 }
 
 /// Delivers a term to a local pid's mailbox.
@@ -800,7 +921,11 @@ fn deliver_named(sh: &NodeShared, name: &str, term: Term) {
 
 /// Runs an established connection: registers it, spawns its writer, announces it, reads
 /// until it ends, then the connection-loss steps.
-fn run_connection(sh: Arc<NodeShared>, t: Transport, peer: NodeIdent) {
+///
+/// An outgoing handshake passes its cancel switch: if it was cancelled by the time the
+/// connection would enter the table, the connection is dropped and this returns false (the
+/// caller counts the attempt as failed). True once the connection has run and ended.
+fn run_connection(sh: Arc<NodeShared>, t: Transport, peer: NodeIdent, abort: Option<&Abort>) -> bool {
     let _ = t.sock.set_read_timeout(None);
     let Transport { r, w, sock, .. } = t;
     let (kick, kick_rx) = channel::bounded(1);
@@ -817,6 +942,12 @@ fn run_connection(sh: Arc<NodeShared>, t: Transport, peer: NodeIdent) {
     });
     let (queued, waiters) = {
         let mut conns = sh.conns.lock();
+        // Checked under the table's lock, which the cancel is made under too.
+        if abort.is_some_and(Abort::is_cancelled) {
+            drop(conns);
+            conn.close("cancelled by a crossing handshake");
+            return false;
+        }
         match conns.insert(name.clone(), Slot::Up(conn.clone())) {
             Some(Slot::Pending(p)) => (p.queued, p.waiters),
             _ => (Vec::new(), Vec::new()),
@@ -854,6 +985,7 @@ fn run_connection(sh: Arc<NodeShared>, t: Transport, peer: NodeIdent) {
         Ok(()) => {}
         Err(e) => sh.log(format_args!("{name}: connection closed: {e}")),
     }
+    true
 }
 
 /// Reads and dispatches frames until the connection ends (Ok on a clean end).

@@ -640,7 +640,7 @@ pub fn demonitor_nodes(pid: Pid) {
 pub fn send<T: Serialize + ?Sized>(pid: Pid, msg: &T) -> bool {
     let Some(sh) = current_shared() else { return false };
     match to_term(msg) {
-        Ok(t) => conn::send_term(&sh, pid, t),
+        Ok(t) => conn::send_term(&sh, pid, t, conn::Connect::OnDemand),
         Err(e) => {
             sh.log(format_args!("message to {pid} not sent: {e}"));
             false
@@ -653,7 +653,7 @@ pub fn send<T: Serialize + ?Sized>(pid: Pid, msg: &T) -> bool {
 pub fn send_named<T: Serialize + ?Sized>(name: &str, node: &str, msg: &T) -> bool {
     let Some(sh) = current_shared() else { return false };
     match to_term(msg) {
-        Ok(t) => conn::send_named_term(&sh, name, node, t),
+        Ok(t) => conn::send_named_term(&sh, name, node, t, conn::Connect::OnDemand),
         Err(e) => {
             sh.log(format_args!("message to {{{name}, {node}}} not sent: {e}"));
             false
@@ -691,7 +691,7 @@ fn remote_send<M: Serialize>(pid: Pid, msg: M) -> Result<(), M> {
     match current_shared() {
         Some(sh) => match to_term(&msg) {
             Ok(t) => {
-                conn::send_term(&sh, pid, t);
+                conn::send_term(&sh, pid, t, conn::Connect::OnDemand);
                 Ok(())
             }
             Err(e) => {

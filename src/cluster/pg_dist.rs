@@ -14,7 +14,9 @@
 //! - when a peer's scope goes down (its monitor fires, `noconnection` included), removes all
 //!   of that peer's members.
 //!
-//! It sends the peers nothing outside this protocol (OTP's scope crashes on anything else).
+//! It sends the peers nothing outside this protocol (OTP's scope crashes on anything else),
+//! and sends it only over connections that are up (`noconnect`, as OTP's scope sends): a
+//! node up handled after that connection was closed does not reconnect to the node.
 //! Groups are strings in smarm and atoms in Erlang (a group name becomes an atom of the same
 //! text); a remote group that is not an atom is known under its Erlang text. The members it
 //! reports for itself come from its own ordered view of local joins and leaves, so a `sync`
@@ -150,11 +152,11 @@ impl Scope {
     }
 
     fn send(&self, to: Pid, t: Term) {
-        conn::send_term(&self.sh, to, t);
+        conn::send_term(&self.sh, to, t, conn::Connect::No);
     }
 
     fn discover_node(&self, node: &str) {
-        conn::send_named_term(&self.sh, SCOPE, node, tuple(vec![atom("discover"), self.me_t()]));
+        conn::send_named_term(&self.sh, SCOPE, node, tuple(vec![atom("discover"), self.me_t()]), conn::Connect::No);
     }
 
     fn local_groups(&self) -> Term {
