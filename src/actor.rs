@@ -11,27 +11,32 @@
 //!
 //! # Task
 //!
-//! A spawn makes one allocation: an `Arc<Task<F, T>>` holding the closure and the join
-//! [`Packet`]. The control block keeps a thin type-erased pointer to it (`TaskHeader` at
-//! offset 0, with the two functions that know `F` and `T`); the [`JoinHandle`] keeps
-//! another reference. The closure is taken and run (under `catch_unwind`) on the actor's
+//! A spawn makes one allocation: a `Task<F, T>` holding the closure, the join [`Packet`]
+//! and a count of its two references. The control block keeps a thin type-erased pointer
+//! to it (`TaskHeader` at offset 0, with the functions that know `F` and `T`); the
+//! [`JoinHandle`] keeps the other. It is a block of the scheduler threads' block caches
+//! (`runtime::alloc_block`) when it fits one: a task is made by its spawner and freed
+//! wherever its last reference goes, usually on the thread the actor ended on, and those
+//! caches hand such blocks back between threads in batches. The closure is taken and run (under `catch_unwind`) on the actor's
 //! stack; the outcome is published to the packet from the actor, so user `Drop` code
 //! (the closure's captures, an unjoined result) runs on the actor stack and never on a
 //! scheduler thread. Nothing of it escapes: the entry that calls [`run`] cannot unwind, so
 //! every user `Drop` after the body (a value the exit reason replaces, an unjoined result,
 //! a panic's payload) runs under `catch_unwind` (`runtime::user_drop::drop_caught`).
 
+use std::alloc::Layout;
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
 use crate::exit::{reason_from_payload, DownReason};
 use crate::runtime::user_drop::drop_caught;
 use crate::runtime::Waiter;
+use crate::runtime::{alloc_block, free_block};
 use crate::slot_state::Pid;
 
 /// What the actor asked for when it switched back to its scheduler (written by the actor
@@ -114,13 +119,15 @@ pub(crate) struct TaskHeader {
     /// Marks the outcome joinable and wakes the joiner (called by the scheduler once the
     /// actor's slot and stack are free).
     notify: unsafe fn(NonNull<TaskHeader>),
-    /// Drops one `Arc` reference.
+    /// Drops one reference; the last one drops the task and frees it.
     release: unsafe fn(NonNull<TaskHeader>),
 }
 
 #[repr(C)]
 struct Task<F, T> {
     header: TaskHeader,
+    /// The control block's reference and the handle's: the last one released frees it.
+    refs: AtomicUsize,
     f: UnsafeCell<Option<F>>,
     packet: Packet<T>,
 }
@@ -137,18 +144,24 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let task = Arc::new(Task {
-        header: TaskHeader { run: run_task::<F, T>, notify: notify_task::<F, T>, release: release_task::<F, T> },
-        f: UnsafeCell::new(Some(f)),
-        packet: Packet::new(),
-    });
-    let for_handle = task.clone();
-    let packet = NonNull::from(&for_handle.packet);
-    // SAFETY: Arc::into_raw never returns null; the header is at offset 0 (repr(C)).
-    let header = unsafe { NonNull::new_unchecked(Arc::into_raw(task) as *mut TaskHeader) };
-    // SAFETY: as above.
-    let task = unsafe { NonNull::new_unchecked(Arc::into_raw(for_handle) as *mut TaskHeader) };
-    (header, JoinRef { packet, task, _t: PhantomData })
+    let layout = Layout::new::<Task<F, T>>();
+    let Some(p) = NonNull::new(alloc_block(layout) as *mut Task<F, T>) else {
+        std::alloc::handle_alloc_error(layout);
+    };
+    // SAFETY: a fresh allocation of `Task<F, T>`'s layout (non-zero size: the header).
+    unsafe {
+        p.as_ptr().write(Task {
+            header: TaskHeader { run: run_task::<F, T>, notify: notify_task::<F, T>, release: release_task::<F, T> },
+            refs: AtomicUsize::new(2),
+            f: UnsafeCell::new(Some(f)),
+            packet: Packet::new(),
+        })
+    };
+    // SAFETY: initialised above; the task lives until both references are released.
+    let packet = NonNull::from(unsafe { &p.as_ref().packet });
+    // The header is at offset 0 (repr(C)).
+    let header = p.cast::<TaskHeader>();
+    (header, JoinRef { packet, task: header, _t: PhantomData })
 }
 
 /// `TaskHeader::run` of a `Task<F, T>`.
@@ -242,12 +255,25 @@ unsafe fn notify_task<F, T>(h: NonNull<TaskHeader>) {
 /// `TaskHeader::release` of a `Task<F, T>`.
 ///
 /// # Safety
-/// `h` came from `Arc::into_raw` of an `Arc<Task<F, T>>` (in [`new_task`]) and this
-/// reference has not been released before; `h` is not used afterwards.
+/// `h` is the header of a `Task<F, T>` from [`new_task`], this reference has not been
+/// released before, and `h` is not used afterwards.
 unsafe fn release_task<F, T>(h: NonNull<TaskHeader>) {
-    // SAFETY: `h` came from Arc::into_raw of an Arc<Task<F, T>> and this reference is
-    // released once.
-    drop(unsafe { Arc::from_raw(h.as_ptr() as *const Task<F, T>) });
+    let p = h.cast::<Task<F, T>>();
+    // Release: this owner's uses of the task happen before the last owner frees it, as in
+    // `Arc`'s drop.
+    // SAFETY: the task is live while this reference is.
+    if unsafe { p.as_ref() }.refs.fetch_sub(1, Ordering::Release) != 1 {
+        return;
+    }
+    // Acquire: pairs with the other owner's Release above, so its uses happen before the
+    // drop and the free.
+    fence(Ordering::Acquire);
+    // SAFETY: the last reference: nobody else can reach the task. It came from
+    // `alloc_block` with this layout (`new_task`).
+    unsafe {
+        core::ptr::drop_in_place(p.as_ptr());
+        free_block(p.as_ptr() as *mut u8, Layout::new::<Task<F, T>>());
+    }
 }
 
 /// Runs a task from the actor entry. Never unwinds.
@@ -330,7 +356,7 @@ pub(crate) struct JoinRef<T> {
     _t: PhantomData<T>,
 }
 
-// SAFETY: the packet is a Mutex around a `T: Send`; the task reference is an Arc.
+// SAFETY: the packet is a Mutex around a `T: Send`; the task reference is counted atomically.
 unsafe impl<T: Send> Send for JoinRef<T> {}
 // SAFETY: all access to the packet goes through its Mutex.
 unsafe impl<T: Send> Sync for JoinRef<T> {}

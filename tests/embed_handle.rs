@@ -295,16 +295,23 @@ fn a_mask_set_in_the_start_hook_is_kept() {
         .unwrap();
     let seen = rt
         .run(|| {
-            let mut seen = Vec::new();
-            // Until an actor has run on thread 1 (bounded: a miss fails instead of hanging).
-            for _ in 0..100_000 {
-                let (k, m) = smarm::spawn(|| (smarm::current_thread_index(), cpu_mask())).join().unwrap();
-                seen.push((k, m));
-                if seen.iter().any(|(k, _)| *k == Some(1)) {
-                    break;
-                }
-            }
-            seen
+            // Two actors that each wait, spinning without a runtime call, for the other to
+            // have started: they cannot share a thread, so one of them runs on thread 1.
+            let started = Arc::new(AtomicUsize::new(0));
+            let both: Vec<_> = (0..2)
+                .map(|_| {
+                    let started = started.clone();
+                    smarm::spawn(move || {
+                        let seen = (smarm::current_thread_index(), cpu_mask());
+                        started.fetch_add(1, Ordering::SeqCst);
+                        while started.load(Ordering::SeqCst) < 2 {
+                            std::hint::spin_loop();
+                        }
+                        seen
+                    })
+                })
+                .collect();
+            both.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
         })
         .unwrap();
     let on_1: Vec<_> = seen.iter().filter(|(k, _)| *k == Some(1)).collect();

@@ -1016,7 +1016,11 @@ impl Shared {
         // `ActorCell::sp`).
         let (own_base, own_len) = match settings.stack_size {
             None => {
-                if let Err(e) = self.stacks.reserve() {
+                let reserved = match self.local_worker() {
+                    Some(w) => self.stacks.reserve_local(&w.stacks),
+                    None => self.stacks.reserve(),
+                };
+                if let Err(e) = reserved {
                     self.slab.unalloc(index);
                     return Err(SpawnError::Stack(e));
                 }

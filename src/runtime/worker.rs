@@ -202,6 +202,8 @@ pub(crate) struct Worker {
     pub(super) pending_timeouts: PendingRing,
     /// This thread's cache of small blocks (see `blocks`).
     pub(super) blocks: BlockCache,
+    /// This thread's front of the stack pool (see `stack`).
+    pub(crate) stacks: crate::stack::StackCache,
     /// `&shared.thread_stats[index]`, looked up once.
     pub(super) stats: *const ThreadStats,
     /// The counters bumped per message, published to `stats` now and then (see `stats`).
@@ -700,7 +702,7 @@ impl Worker {
                 // one its spawn mapped for it (`SpawnOptions::stack_size`: `sp` holds its
                 // length until now, see `ActorCell::sp`).
                 let stack = if (*cell).stack_base == 0 {
-                    self.shared.stacks.take_reserved()
+                    self.shared.stacks.take_local(&self.stacks)
                 } else {
                     Stack::from_raw((*cell).stack_base, (*cell).sp)
                 };
@@ -782,7 +784,7 @@ impl Worker {
             (*cell).stack_base = 0;
             (*cell).stack_len = 0;
             if len == sh.pooled_stack_len {
-                sh.stacks.put(stack);
+                sh.stacks.put_local(&self.stacks, stack);
             } else {
                 drop(stack); // mapped for this actor alone (`SpawnOptions::stack_size`)
             }
@@ -990,6 +992,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         parked_unwinders: Cell::new(0),
         pending_timeouts: PendingRing::new(),
         blocks: BlockCache::default(),
+        stacks: Default::default(),
         stats,
         counts: LocalCounts::default(),
         resume_key: if cpu_time { usize::MAX - 1 } else { index },
@@ -1010,6 +1013,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
     worker.live_fp.set(initial_fp);
     worker.run_loop();
     worker.publish_counts();
+    worker.shared.stacks.drain(&worker.stacks);
     // The calling thread of `Runtime::run` gets its own modes back.
     fp_control_switch(worker.live_fp.get(), initial_fp);
     set_current_worker(core::ptr::null());
