@@ -99,6 +99,33 @@ impl LocalQueue {
         }
     }
 
+    /// Owner thread only. Takes up to `out.len()` of the oldest values into `out` with one
+    /// CAS (a full queue's overflow leaves in one batch); returns how many.
+    ///
+    /// Reading the cells before the CAS is sound as in `pop`: only the owner (the caller)
+    /// overwrites cells, and a thief that took some of them moved `head`, failing the CAS.
+    pub(crate) fn pop_batch(&self, out: &mut [u32]) -> usize {
+        // Acquire: as in `pop`.
+        let mut h = self.head.load(Ordering::Acquire);
+        loop {
+            // Relaxed: only this thread (the owner) writes `tail`.
+            let t = self.tail.load(Ordering::Relaxed);
+            let n = t.wrapping_sub(h).min(out.len());
+            if n == 0 {
+                return 0;
+            }
+            for (i, o) in out[..n].iter_mut().enumerate() {
+                // Relaxed: the owner wrote these cells itself; valid only if the CAS wins.
+                *o = self.cells[h.wrapping_add(i) % CAP].load(Ordering::Relaxed) as u32;
+            }
+            // Success AcqRel, failure Acquire: as in `pop`.
+            match self.head.compare_exchange_weak(h, h.wrapping_add(n), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return n,
+                Err(cur) => h = cur,
+            }
+        }
+    }
+
     /// Values queued (a snapshot; exact only on the owner thread between operations).
     pub(crate) fn len(&self) -> usize {
         // Acquire: see `pop`. Read `head` first so a concurrent pop cannot make the
@@ -123,6 +150,28 @@ impl LocalQueue {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// The overflow path: a full queue gives up its older half in order, across the wrap,
+    /// and keeps the rest in order.
+    #[test]
+    fn batch_pop_takes_the_oldest_half_in_order() {
+        let q = LocalQueue::new();
+        for _ in 0..CAP / 3 {
+            q.push(0).unwrap();
+            q.pop();
+        }
+        for i in 0..CAP as u32 {
+            q.push(i).unwrap();
+        }
+        let mut out = [0u32; CAP / 2];
+        assert_eq!(q.pop_batch(&mut out), CAP / 2);
+        assert!(out.iter().enumerate().all(|(i, &v)| v == i as u32));
+        assert_eq!(q.len(), CAP / 2);
+        for i in CAP / 2..CAP {
+            assert_eq!(q.pop(), Some(i as u32));
+        }
+        assert_eq!(q.pop_batch(&mut out), 0);
+    }
 
     #[test]
     fn fifo_wraps_and_reports_full() {
@@ -208,6 +257,29 @@ mod loom_models {
             let mine = q.pop();
             let theirs = stealer.join().unwrap();
             let mut got: Vec<u32> = theirs.into_iter().chain([mine]).flatten().collect();
+            while let Some(v) = q.pop() {
+                got.push(v);
+            }
+            got.sort_unstable();
+            assert_eq!(got, [1, 2]);
+        });
+    }
+
+    /// The owner's batch pop (its overflow) races a stealer: each value is taken once.
+    #[test]
+    fn local_batch_pop_and_stealer() {
+        loom_check(3, || {
+            let q = Arc::new(LocalQueue::new());
+            q.push(1).unwrap();
+            q.push(2).unwrap();
+            let stealer = {
+                let q = q.clone();
+                thread::spawn(move || q.pop())
+            };
+            let mut out = [0u32; 2];
+            let n = q.pop_batch(&mut out);
+            let mut got = out[..n].to_vec();
+            got.extend(stealer.join().unwrap());
             while let Some(v) = q.pop() {
                 got.push(v);
             }

@@ -314,11 +314,110 @@ impl MpmcRing {
         }
     }
 
+    /// Appends `values` in order, claiming each run of free cells with one `tail` CAS
+    /// instead of one per value (a full local queue's overflow moves here in one go).
+    ///
+    /// Why checking the cells before the CAS is sound: a cell is free for position `q`
+    /// (`seq == q`) until the producer that claims `q` writes it, and claiming `q` moves
+    /// `tail` past `q`. The CAS from `pos` succeeds only if `tail` is still `pos <= q` (it
+    /// only grows), so every cell seen free in `pos..pos + k` is still free and now ours.
+    /// A cell not free (a stalled consumer's, or one claimed since) ends the run; the
+    /// first cell not free falls back to [`Self::push`], which waits the stall out.
+    pub(crate) fn push_batch(&self, mut values: &[u32]) {
+        let mut backoff = Backoff::new();
+        while !values.is_empty() {
+            // Relaxed: a guess validated by the CAS, as in `push`.
+            let pos = self.tail.load(Ordering::Relaxed);
+            // Acquire (each): pairs with the consumers' Release in `pop`, as in `push`.
+            let k = (0..values.len().min(self.capacity()))
+                .take_while(|&i| self.seq(pos.wrapping_add(i), Ordering::Acquire) == pos.wrapping_add(i))
+                .count();
+            if k == 0 {
+                self.push(values[0]);
+                values = &values[1..];
+                continue;
+            }
+            // Release on success: as in `push` (every tail write is a Release CAS, one
+            // release sequence). Relaxed on failure: a new guess.
+            if self.tail.compare_exchange_weak(pos, pos.wrapping_add(k), Ordering::Release, Ordering::Relaxed).is_err()
+            {
+                backoff.spin();
+                continue;
+            }
+            for (i, &v) in values[..k].iter().enumerate() {
+                let q = pos.wrapping_add(i);
+                // SAFETY: the CAS above claimed positions pos..pos + k, whose cells were free
+                // (see the doc comment): ours to write until we publish seq = q + 1.
+                self.buffer[q & self.mask].value.with_mut(|p| unsafe { *p = v });
+                self.set_seq(q, q.wrapping_add(1));
+            }
+            values = &values[k..];
+        }
+    }
+
+    /// Takes up to `out.len()` of the oldest values into `out` with one `head` CAS; returns
+    /// how many. 0 if the ring is (or briefly looks) empty, as [`Self::pop`].
+    ///
+    /// Sound for the same reason as `push_batch`: a published cell (`seq == q + 1`) stays
+    /// published until the consumer that claims `q` releases it, and claiming `q` moves
+    /// `head` past `q`, which fails a CAS from `pos <= q`.
+    pub(crate) fn pop_batch(&self, out: &mut [u32]) -> usize {
+        let mut backoff = Backoff::new();
+        loop {
+            // Relaxed: validated by the CAS; values are acquired through the cells' seq.
+            let pos = self.head.load(Ordering::Relaxed);
+            // Acquire (each): pairs with the producer's Release of seq = q + 1.
+            let k = (0..out.len().min(self.capacity()))
+                .take_while(|&i| {
+                    let q = pos.wrapping_add(i);
+                    self.seq(q, Ordering::Acquire) == q.wrapping_add(1)
+                })
+                .count();
+            if k == 0 {
+                // Empty, mid-publish or contended: `pop` sorts that out.
+                return match (out.first_mut(), self.pop()) {
+                    (Some(o), Some(v)) => {
+                        *o = v;
+                        1
+                    }
+                    _ => 0,
+                };
+            }
+            // Relaxed (both): as in `pop`.
+            if self.head.compare_exchange_weak(pos, pos.wrapping_add(k), Ordering::Relaxed, Ordering::Relaxed).is_err()
+            {
+                backoff.spin();
+                continue;
+            }
+            for (i, o) in out[..k].iter_mut().enumerate() {
+                let q = pos.wrapping_add(i);
+                // SAFETY: the CAS above claimed positions pos..pos + k, whose cells held
+                // published values (see the doc comment); nobody writes them until we
+                // release each with seq = q + capacity.
+                *o = self.buffer[q & self.mask].value.with(|p| unsafe { *p });
+                self.set_seq(q, q.wrapping_add(self.capacity()));
+            }
+            return k;
+        }
+    }
+
     /// [`Self::push`]; the caller is ignored (one ring, no home).
     #[cfg_attr(not(feature = "rq-mpmc"), allow(dead_code))] // the runtime's queue only with rq-mpmc
     #[inline]
     pub(crate) fn push_from(&self, value: u32, _caller: Option<Caller>) {
         self.push(value)
+    }
+
+    /// [`Self::push_batch`]; the caller is ignored.
+    #[cfg_attr(not(feature = "rq-mpmc"), allow(dead_code))] // the runtime's queue only with rq-mpmc
+    pub(crate) fn push_batch_from(&self, values: &[u32], _caller: Option<Caller>) {
+        self.push_batch(values)
+    }
+
+    /// [`Self::pop_batch`]; the caller is ignored.
+    #[cfg_attr(not(feature = "rq-mpmc"), allow(dead_code))] // the runtime's queue only with rq-mpmc
+    pub(crate) fn pop_batch_from(&self, out: &mut [u32], _caller: Option<Caller>) -> usize {
+        self.pop_batch(out)
     }
 
     /// [`Self::pop`]; the caller is ignored.
@@ -435,6 +534,30 @@ impl StripedRing {
         None
     }
 
+    /// Appends `values` to one stripe chosen as [`Self::push_from`] chooses (by the first
+    /// value off the runtime), in one batch.
+    pub(crate) fn push_batch_from(&self, values: &[u32], caller: Option<Caller>) {
+        let Some(&v0) = values.first() else { return };
+        let first = match caller {
+            Some(c) => c.thread,
+            None => v0 as usize,
+        } & self.mask;
+        let pick = (0..=self.mask).map(|i| (first + i) & self.mask).find(|&k| !Self::looks_stalled(&self.stripes[k]));
+        self.stripes[pick.unwrap_or(first)].push_batch(values);
+    }
+
+    /// One value, as [`Self::pop_from`] (a batch from one stripe would skip the others'
+    /// fairness rotation).
+    pub(crate) fn pop_batch_from(&self, out: &mut [u32], caller: Option<Caller>) -> usize {
+        match (out.first_mut(), self.pop_from(caller)) {
+            (Some(o), Some(v)) => {
+                *o = v;
+                1
+            }
+            _ => 0,
+        }
+    }
+
     /// `push_from` off the runtime (tests and loom models).
     #[cfg(any(test, loom))]
     pub(crate) fn push(&self, value: u32) {
@@ -515,6 +638,42 @@ impl MutexQueue {
         self.pop()
     }
 
+    /// Appends `values` in order under one lock.
+    ///
+    /// # Panics
+    /// As [`Self::push`].
+    pub(crate) fn push_batch_from(&self, values: &[u32], _caller: Option<Caller>) {
+        let mut q = self.queue.lock();
+        if q.len() + values.len() > self.capacity {
+            panic!(
+                "smarm run queue over capacity (length {} + {}, capacity {}): an actor was \
+                 enqueued twice, which the slot state machine forbids",
+                q.len(),
+                values.len(),
+                self.capacity
+            );
+        }
+        q.extend(values);
+        // Release: as in `push`.
+        self.len.store(q.len(), Ordering::Release);
+    }
+
+    /// Takes up to `out.len()` of the oldest values under one lock; returns how many.
+    pub(crate) fn pop_batch_from(&self, out: &mut [u32], _caller: Option<Caller>) -> usize {
+        // Relaxed: as in `pop`.
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let mut q = self.queue.lock();
+        let k = out.len().min(q.len());
+        for (o, v) in out.iter_mut().zip(q.drain(..k)) {
+            *o = v;
+        }
+        // Release: as in `push`.
+        self.len.store(q.len(), Ordering::Release);
+        k
+    }
+
     /// Takes the oldest value, or `None` if the queue is (or briefly looks) empty.
     pub(crate) fn pop(&self) -> Option<u32> {
         // Relaxed: only decides whether to take the lock. A stale zero is a spurious empty
@@ -582,6 +741,68 @@ mod tests {
         }
         assert_eq!(r.pop(), None);
         assert!(r.is_empty());
+    }
+
+    /// Batches keep FIFO order across laps, mixed with single pushes and pops; a batch
+    /// pop takes what there is. The striped ring is FIFO per stripe only, so for it the
+    /// check is that every value comes out exactly once.
+    #[test]
+    fn batches_are_fifo_across_laps() {
+        fn check(
+            fifo: bool,
+            push: impl Fn(&[u32]),
+            pop: impl Fn(&mut [u32]) -> usize,
+            single_pop: impl Fn() -> Option<u32>,
+        ) {
+            let mut next_in = 0u32;
+            let mut seen = Vec::new();
+            for round in 0..200u32 {
+                let k = 1 + round % 7;
+                let vals: Vec<u32> = (next_in..next_in + k).collect();
+                push(&vals);
+                next_in += k;
+                let mut out = [0u32; 5];
+                let n = pop(&mut out[..(round % 5 + 1) as usize]);
+                assert!(n >= 1, "a non-empty queue gives at least one");
+                seen.extend_from_slice(&out[..n]);
+                if round % 3 == 0 {
+                    while let Some(v) = single_pop() {
+                        seen.push(v);
+                    }
+                }
+            }
+            while let Some(v) = single_pop() {
+                seen.push(v);
+            }
+            let mut out = [0u32; 4];
+            assert_eq!(pop(&mut out), 0, "empty");
+            if !fifo {
+                seen.sort_unstable();
+            }
+            assert_eq!(seen, (0..next_in).collect::<Vec<_>>());
+        }
+        let r = MpmcRing::new(16);
+        check(true, |v| r.push_batch(v), |o| r.pop_batch(o), || r.pop());
+        assert!(r.is_empty());
+        let m = MutexQueue::new(16);
+        check(true, |v| m.push_batch_from(v, None), |o| m.pop_batch_from(o, None), || m.pop());
+        let st = StripedRing::new(16);
+        check(false, |v| st.push_batch_from(v, None), |o| st.pop_batch_from(o, None), || st.pop());
+    }
+
+    /// A batch longer than the ring's free run is split: what fits goes in one claim, the
+    /// rest after the consumer makes room.
+    #[test]
+    fn a_batch_up_to_capacity_fills_the_ring() {
+        let r = MpmcRing::new(8);
+        r.push(100);
+        assert_eq!(r.pop(), Some(100));
+        let vals: Vec<u32> = (0..8).collect();
+        r.push_batch(&vals);
+        assert_eq!(r.len(), 8);
+        let mut out = [0u32; 16];
+        assert_eq!(r.pop_batch(&mut out), 8);
+        assert_eq!(&out[..8], &vals[..]);
     }
 
     #[test]
@@ -1014,6 +1235,70 @@ mod loom_models {
         ring.push(99);
         assert_eq!(ring.pop(), Some(99));
         ring
+    }
+
+    /// A batch push races a batch pop and a single pop: every value comes out exactly once.
+    #[test]
+    fn mpmc_batch_push_races_batch_pop() {
+        loom_check(3, || {
+            let ring = Arc::new(shifted_ring());
+            let consumer = {
+                let ring = ring.clone();
+                thread::spawn(move || {
+                    let mut out = [0u32; 2];
+                    let n = ring.pop_batch(&mut out);
+                    out[..n].to_vec()
+                })
+            };
+            ring.push_batch(&[1, 2]);
+            let mut got = consumer.join().unwrap();
+            while let Some(v) = ring.pop() {
+                got.push(v);
+            }
+            got.sort_unstable();
+            assert_eq!(got, [1, 2]);
+            assert!(ring.is_empty());
+        });
+    }
+
+    /// A batch pop races a single pop for two values: each value is taken once.
+    #[test]
+    fn mpmc_batch_pop_races_pop() {
+        loom_check(3, || {
+            let ring = Arc::new(shifted_ring());
+            ring.push_batch(&[1, 2]);
+            let other = {
+                let ring = ring.clone();
+                thread::spawn(move || ring.pop())
+            };
+            let mut out = [0u32; 2];
+            let n = ring.pop_batch(&mut out);
+            let mut got = out[..n].to_vec();
+            got.extend(other.join().unwrap());
+            while let Some(v) = ring.pop() {
+                got.push(v);
+            }
+            got.sort_unstable();
+            assert_eq!(got, [1, 2]);
+        });
+    }
+
+    /// Two batch pushes race: both batches arrive whole and in order, each a contiguous run
+    /// (each claims its cells with one CAS).
+    #[test]
+    fn mpmc_two_batch_pushes() {
+        loom_check(3, || {
+            let ring = Arc::new(MpmcRing::new(4));
+            let other = {
+                let ring = ring.clone();
+                thread::spawn(move || ring.push_batch(&[3, 4]))
+            };
+            ring.push_batch(&[1, 2]);
+            other.join().unwrap();
+            let mut out = [0u32; 4];
+            assert_eq!(ring.pop_batch(&mut out), 4);
+            assert!(out == [1, 2, 3, 4] || out == [3, 4, 1, 2], "{out:?}");
+        });
     }
 
     #[test]

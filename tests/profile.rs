@@ -50,8 +50,11 @@ fn nested_sites_attribute_to_the_innermost_and_split_running_from_parked() {
     // The inner site was parked, the busy one ran.
     let (ir, ip) = (inner.running.unwrap(), inner.parked.unwrap());
     assert!(ip > ir * 10, "{inner:?}");
-    let (br, bp) = (busy.running.unwrap(), busy.parked.unwrap());
-    assert!(br > bp, "{busy:?}");
+    // The busy site's running time is at least its loops' (3 x 2M additions, well over a
+    // millisecond). Its parked time is the time each waited in a queue behind the others
+    // (three actors, two threads), which depends on the host: no bound on it.
+    let br = busy.running.unwrap();
+    assert!(br > Duration::from_millis(1), "{busy:?}");
     // Running and parked add up to the total (up to rounding to whole nanoseconds).
     assert!((ir + ip).abs_diff(inner.total) <= Duration::from_nanos(2), "{inner:?}");
 }

@@ -324,12 +324,11 @@ impl Worker {
     pub(crate) fn push_local(&self, index: u32) {
         let local = self.local();
         if let Err(index) = local.push(index) {
-            for _ in 0..crate::local_queue::CAP / 2 {
-                match local.pop() {
-                    Some(i) => self.shared.run_queue.push_from(i, self.caller()),
-                    None => break,
-                }
-            }
+            // The older half moves to the shared queue in one batch: one CAS on each queue
+            // instead of two per actor (tokio's `push_overflow`, Go's `runqputslow`).
+            let mut batch = [0u32; crate::local_queue::CAP / 2];
+            let n = local.pop_batch(&mut batch);
+            self.shared.run_queue.push_batch_from(&batch[..n], self.caller());
             if let Err(index) = local.push(index) {
                 // Thieves cannot refill it, so only a CAP of 1 could get here.
                 self.shared.run_queue.push_from(index, self.caller());
@@ -377,7 +376,7 @@ impl Worker {
         let found = if tick % GLOBAL_FIRST_INTERVAL == 0 {
             sh.run_queue.pop_from(self.caller()).or_else(|| self.rebalance()).or_else(|| local.pop())
         } else {
-            local.pop().or_else(|| sh.run_queue.pop_from(self.caller()))
+            local.pop().or_else(|| self.pop_shared())
         };
         if let Some(i) = found {
             if !local.is_empty() || !sh.run_queue.is_empty() {
@@ -403,6 +402,32 @@ impl Worker {
             }
         }
         self.steal().or_else(|| self.inbox().pop())
+    }
+
+    /// Takes work from the shared queue when the local queue is empty: this thread's share
+    /// of it (its length over the thread count, plus one, at most `SHARED_BATCH`) in one
+    /// batch, as Go's `globrunqget`; the first is returned and the rest queued locally, so a
+    /// backlog spilled by a busy thread (a spawn loop's overflow) is not fetched one CAS on
+    /// a shared line per actor.
+    fn pop_shared(&self) -> Option<u32> {
+        const SHARED_BATCH: usize = 32;
+        let sh = &*self.shared;
+        let local = self.local();
+        let n = (sh.run_queue.len() / sh.locals.len() + 1).min(SHARED_BATCH);
+        if n <= 1 {
+            return sh.run_queue.pop_from(self.caller());
+        }
+        let mut batch = [0u32; SHARED_BATCH];
+        let k = sh.run_queue.pop_batch_from(&mut batch[..n], self.caller());
+        let (&first, rest) = batch[..k].split_first()?;
+        for &i in rest {
+            // The local queue was empty and only this thread pushes to it: there is room
+            // (SHARED_BATCH < CAP). Back to the shared queue if that ever changes.
+            if let Err(i) = local.push(i) {
+                sh.run_queue.push_from(i, self.caller());
+            }
+        }
+        Some(first)
     }
 
     /// Takes the oldest actor from another thread's local queue, trying each once.
