@@ -99,6 +99,22 @@ impl LocalQueue {
         }
     }
 
+    /// Owner thread only, in a runtime where no other thread pops from this queue (one
+    /// scheduler thread: nobody steals). [`Self::pop`] without the CAS.
+    #[inline]
+    pub(crate) fn pop_unshared(&self) -> Option<u32> {
+        // Relaxed (both): only this thread writes either counter.
+        let h = self.head.load(Ordering::Relaxed);
+        if self.tail.load(Ordering::Relaxed) == h {
+            return None;
+        }
+        // Relaxed: written by this thread.
+        let v = self.cells[h % CAP].load(Ordering::Relaxed);
+        // Release: as the CAS in `pop` (the cell goes back to the owner: ourselves).
+        self.head.store(h.wrapping_add(1), Ordering::Release);
+        Some(v as u32)
+    }
+
     /// Owner thread only. Takes up to `out.len()` of the oldest values into `out` with one
     /// CAS (a full queue's overflow leaves in one batch); returns how many.
     ///
@@ -150,6 +166,31 @@ impl LocalQueue {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// The solo owner's pop is FIFO across the wrap and interleaves with `pop` and
+    /// `pop_batch` (which a runtime never mixes with it, but the counters are the same).
+    #[test]
+    fn unshared_pop_is_fifo_across_the_wrap() {
+        let q = LocalQueue::new();
+        let mut next_in = 0u32;
+        let mut next_out = 0u32;
+        for round in 0..3 * CAP as u32 {
+            for _ in 0..round % 5 + 1 {
+                if q.push(next_in).is_ok() {
+                    next_in += 1;
+                }
+            }
+            let got = if round % 7 == 0 { q.pop() } else { q.pop_unshared() };
+            assert_eq!(got, Some(next_out));
+            next_out += 1;
+        }
+        while let Some(v) = q.pop_unshared() {
+            assert_eq!(v, next_out);
+            next_out += 1;
+        }
+        assert_eq!(next_out, next_in);
+        assert!(q.is_empty());
+    }
 
     /// The overflow path: a full queue gives up its older half in order, across the wrap,
     /// and keeps the rest in order.

@@ -98,7 +98,7 @@ pub(super) fn hand_off_yield(w: &Worker) -> Option<(&'static Slot, &'static Work
     }
     // Committed once the pop succeeds: the local queue's head runs next, as the scheduler's
     // step 4 would do (a thief may take it first; then there is nothing to hand to).
-    let next = w.local().pop()?;
+    let next = w.pop_own()?;
     w.lifo_runs.set(0);
     w.tick.set(tick);
     Some(hand_over(w, slot, index, UNPINNED, next, true))
@@ -184,8 +184,12 @@ fn finish_hand_off(w: &Worker, prev: u32, prev_slot: &Slot, yielded: bool) {
         // the fence-free `nudge` that `next_runnable` uses after its pop: here nothing
         // orders the push's store before the read of the sleepers' bitmap (the scheduler
         // path has its pop's CAS in between), so without the fence a thread that is just
-        // going to sleep could miss the yielder, and we its bit.
-        w.shared.wake_one();
+        // going to sleep could miss the yielder, and we its bit. With one scheduler thread
+        // there is nobody to wake: this thread is the only one that sleeps in `idle`, and it
+        // is running.
+        if !w.solo {
+            w.shared.wake_one();
+        }
     } else if !prev_slot.try_park() {
         // Woken meanwhile: still RUNNING (the flag consumed); make it runnable. A
         // thread-bound actor is pinned here (it handed this thread over), and only this

@@ -204,6 +204,9 @@ pub(crate) struct Worker {
     pub(super) blocks: BlockCache,
     /// This thread's front of the stack pool (see `stack`).
     pub(crate) stacks: crate::stack::StackCache,
+    /// The runtime has this one scheduler thread only: no other thread steals from its
+    /// local queue or sleeps in `idle` (see `pop_own`, `finish_hand_off`).
+    pub(super) solo: bool,
     /// `&shared.thread_stats[index]`, looked up once.
     pub(super) stats: *const ThreadStats,
     /// The counters bumped per message, published to `stats` now and then (see `stats`).
@@ -245,6 +248,17 @@ impl Worker {
     pub(super) fn local(&self) -> &LocalQueue {
         // SAFETY: points into `self.shared`, which `self` keeps alive.
         unsafe { &*self.local }
+    }
+
+    /// Pops this thread's local queue: without a CAS when this is the runtime's only
+    /// scheduler thread (nobody steals from it).
+    #[inline(always)]
+    pub(super) fn pop_own(&self) -> Option<u32> {
+        if self.solo {
+            self.local().pop_unshared()
+        } else {
+            self.local().pop()
+        }
     }
 
     pub(crate) fn shared_ptr(&self) -> *const Shared {
@@ -374,9 +388,9 @@ impl Worker {
         // Fairness between the queues: now and then the shared queue goes first, so work
         // queued from outside is not starved by a thread that keeps refilling its own.
         let found = if tick % GLOBAL_FIRST_INTERVAL == 0 {
-            sh.run_queue.pop_from(self.caller()).or_else(|| self.rebalance()).or_else(|| local.pop())
+            sh.run_queue.pop_from(self.caller()).or_else(|| self.rebalance()).or_else(|| self.pop_own())
         } else {
-            local.pop().or_else(|| self.pop_shared())
+            self.pop_own().or_else(|| self.pop_shared())
         };
         if let Some(i) = found {
             if !local.is_empty() || !sh.run_queue.is_empty() {
@@ -396,7 +410,7 @@ impl Worker {
                 if slot != NONE {
                     return Some(slot);
                 }
-                if let Some(i) = local.pop() {
+                if let Some(i) = self.pop_own() {
                     return Some(i);
                 }
             }
@@ -987,6 +1001,7 @@ fn scheduler_panicked(index: usize, payload: &(dyn std::any::Any + Send)) -> ! {
 }
 
 fn run_thread(shared: Arc<Shared>, index: usize) {
+    let solo = shared.locals.len() == 1;
     let _alt = AltStack::ensure();
     shared.register_thread(index);
     let stats: *const ThreadStats = &*shared.thread_stats[index];
@@ -1018,6 +1033,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         pending_timeouts: PendingRing::new(),
         blocks: BlockCache::default(),
         stacks: Default::default(),
+        solo,
         stats,
         counts: LocalCounts::default(),
         resume_key: if cpu_time { usize::MAX - 1 } else { index },
