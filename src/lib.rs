@@ -79,6 +79,7 @@ mod context;
 mod error;
 #[cfg(not(loom))]
 mod exit;
+mod free_chain;
 #[cfg(not(loom))]
 pub mod gen_server;
 #[cfg(not(loom))]

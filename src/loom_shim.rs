@@ -2,15 +2,15 @@
 //! (`run_queue`, the idle/park protocol). Under `cfg(loom)` it switches to loom's
 //! model-checked equivalents, so the loom models exercise exactly the production code.
 //!
-//! Under loom only this module, `backoff`, `run_queue`, `local_queue`, `runtime::idle` and
+//! Under loom only this module, `backoff`, `run_queue`, `local_queue`, `free_chain`, `runtime::idle` and
 //! `runtime::lifecycle` are compiled, so most of their crate-private items have no user
 //! outside the models.
 #![cfg_attr(loom, allow(dead_code))]
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Gives way to a peer that is mid-operation. Under loom every wait is a yield, so the
 /// model explores the stalled peer's progress instead of spinning forever. (A no-op spin

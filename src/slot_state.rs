@@ -37,6 +37,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::actor::ActorCell;
+use crate::free_chain::{Links, PendingFree, FLUSH_AT};
 
 pub(crate) const FREE: u64 = 0;
 pub(crate) const QUEUED: u64 = 1;
@@ -474,6 +475,16 @@ pub(crate) struct Slab {
     /// Slots `[0, fresh)` have been handed out at least once; `fresh` only grows (it may
     /// overshoot `len` under contention; readers clamp).
     fresh: AtomicU64,
+    /// Per scheduler thread: the slots it freed that have not reached `free_head` yet (see
+    /// `free_chain`).
+    pending: Box<[crate::loom_shim::CachePadded<PendingFree>]>,
+}
+
+impl Links for Slab {
+    #[inline(always)]
+    fn link(&self, index: u32) -> &AtomicU32 {
+        &self.slot(index).next_free
+    }
 }
 
 // SAFETY: `cell` is accessed only under the ownership protocol in the module doc; all other
@@ -486,7 +497,9 @@ impl Slab {
     /// Maximum slab size accepted by the builder.
     pub(crate) const MAX: usize = 1 << 24;
 
-    pub(crate) fn new(len: usize) -> Slab {
+    /// A slab of `len` slots for a runtime with `threads` scheduler threads (each gets a
+    /// list of freed slots, see [`Slab::free_local`]).
+    pub(crate) fn new(len: usize, threads: usize) -> Slab {
         assert!(len > 0 && len <= Self::MAX);
         /// Runtime identities, unique within the process (wrapping after 2^31 runtimes; the
         /// top bit marks a remote pid, and 0 is no runtime's).
@@ -496,7 +509,13 @@ impl Slab {
             0 => 1,
             rt => rt,
         };
-        Slab { rt, slots: zeroed_slots(len), free_head: AtomicU64::new(NIL as u64), fresh: AtomicU64::new(0) }
+        Slab {
+            rt,
+            slots: zeroed_slots(len),
+            free_head: AtomicU64::new(NIL as u64),
+            fresh: AtomicU64::new(0),
+            pending: (0..threads).map(|_| crate::loom_shim::CachePadded(PendingFree::new())).collect(),
+        }
     }
 
     /// The pid of occupancy `gen` of slot `index` of this runtime.
@@ -567,8 +586,16 @@ impl Slab {
                     // (an IPI per 16 spawns, most of a spawn's cost on a VM: history 55).
                     return Some((i as u32, 1, true));
                 }
-                // Lost the race for the last fresh slots; a slot may have been freed since.
-                self.pop_free()?
+                // Lost the race for the last fresh slots, or the slab is full: a slot may have
+                // been freed since, onto the shared list or a thread's own.
+                if let Some(index) = self.pop_free() {
+                    index
+                } else {
+                    for k in 0..self.pending.len() {
+                        self.flush_pending(k);
+                    }
+                    self.pop_free()?
+                }
             }
         };
         // Relaxed: the slot is FREE and exclusively ours; the generation is published with
@@ -579,7 +606,7 @@ impl Slab {
 
     /// Undoes an `alloc` whose spawn failed before publication.
     pub(crate) fn unalloc(&self, index: u32) {
-        self.push_free(index);
+        self.push_chain(index, index);
     }
 
     /// FREE -> QUEUED with the new generation: the actor becomes visible. The caller then
@@ -626,14 +653,43 @@ impl Slab {
         state.store(make(gen, DONE), Ordering::Release);
     }
 
-    /// DONE -> FREE and back on the free list.
+    /// DONE -> FREE and back on the shared free list (a runtime with one scheduler thread:
+    /// nobody to contend with for the list's head).
     pub(crate) fn free(&self, index: u32) {
+        self.mark_free(index);
+        self.push_chain(index, index);
+    }
+
+    /// DONE -> FREE, onto scheduler thread `k`'s own list (`k` is the calling thread's
+    /// index; `pushed` its count of pushes since its last flush). Every [`FLUSH_AT`] pushes
+    /// the list moves to the shared one in one CAS.
+    #[inline]
+    pub(crate) fn free_local(&self, index: u32, k: usize, pushed: &core::cell::Cell<u32>) {
+        self.mark_free(index);
+        self.pending[k].push(index, self);
+        let n = pushed.get() + 1;
+        if n < FLUSH_AT {
+            pushed.set(n);
+        } else {
+            pushed.set(0);
+            self.flush_pending(k);
+        }
+    }
+
+    #[inline(always)]
+    fn mark_free(&self, index: u32) {
         let state = &self.slot(index).state;
         // Relaxed load: this thread stored DONE; nobody else writes a DONE slot's word.
         let gen = gen_of(state.load(Ordering::Relaxed));
-        // Relaxed: the generation stays; the free-list push below releases the slot.
+        // Relaxed: the generation stays; the free-list push releases the slot.
         state.store(make(gen, FREE), Ordering::Relaxed);
-        self.push_free(index);
+    }
+
+    /// Moves thread `k`'s list of freed slots to the shared list (from any thread).
+    fn flush_pending(&self, k: usize) {
+        if let Some((first, last)) = self.pending[k].take_all(self) {
+            self.push_chain(first, last);
+        }
     }
 
     /// Wakes the actor `pid` if it is still that occupancy. See [`Wake`].
@@ -700,18 +756,21 @@ impl Slab {
         }
     }
 
-    fn push_free(&self, index: u32) {
+    /// Pushes the chain `first ..= last` (linked through `next_free`, `last`'s link about to
+    /// be overwritten) onto the shared free list with one CAS.
+    fn push_chain(&self, first: u32, last: u32) {
         // Relaxed: a guess validated by the CAS; nothing is read through the old head.
         let mut head = self.free_head.load(Ordering::Relaxed);
         loop {
             // Relaxed: published by the Release CAS below.
-            self.slot(index).next_free.store(head as u32, Ordering::Relaxed);
+            self.slot(last).next_free.store(head as u32, Ordering::Relaxed);
             let tag = (head >> 32).wrapping_add(1);
-            // Release: publishes our `next_free` write and the slot's FREE state. Failure
-            // Relaxed: the new head is only a guess for the next round.
+            // Release: publishes the chain's links and its slots' FREE state (for a chain
+            // taken from a thread's list, ordered before us by `take_all`'s Acquire).
+            // Failure Relaxed: the new head is only a guess for the next round.
             match self.free_head.compare_exchange_weak(
                 head,
-                (tag << 32) | index as u64,
+                (tag << 32) | first as u64,
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
@@ -766,7 +825,7 @@ mod tests {
 
     #[test]
     fn generations_make_stale_pids_inert() {
-        let slab = Slab::new(4);
+        let slab = Slab::new(4, 1);
         let (i, g) = slab.alloc().unwrap();
         slab.publish_queued(i, g);
         let old = slab.pid(i, g);
@@ -784,7 +843,7 @@ mod tests {
 
     #[test]
     fn wake_park_race_is_never_lost() {
-        let slab = Slab::new(1);
+        let slab = Slab::new(1, 1);
         let (i, g) = slab.alloc().unwrap();
         slab.publish_queued(i, g);
         let pid = slab.pid(i, g);
@@ -804,9 +863,42 @@ mod tests {
         assert!(!slab.try_park(i));
     }
 
+    /// A slot freed onto a thread's own list is found by an allocation from any thread
+    /// before the slab reports itself full; a thread's list moves to the shared one every
+    /// FLUSH_AT frees.
+    #[test]
+    fn slots_on_a_threads_own_list_are_not_hidden() {
+        let slab = Slab::new(2, 2);
+        let pushed = [core::cell::Cell::new(0), core::cell::Cell::new(0)];
+        let (a, ga) = slab.alloc().unwrap();
+        let (_b, _) = slab.alloc().unwrap();
+        assert!(slab.alloc().is_none());
+        slab.publish_queued(a, ga);
+        slab.claim(a);
+        slab.mark_done(a);
+        slab.free_local(a, 1, &pushed[1]);
+        assert_eq!(pushed[1].get(), 1, "not flushed yet");
+        let (a2, ga2) = slab.alloc().expect("the freed slot on thread 1's list");
+        assert_eq!(a2, a);
+        assert_ne!(ga2, ga);
+
+        let slab = Slab::new(64, 1);
+        let cell = core::cell::Cell::new(0);
+        let slots: Vec<(u32, u32)> = (0..FLUSH_AT).map(|_| slab.alloc().unwrap()).collect();
+        for &(i, g) in &slots {
+            slab.publish_queued(i, g);
+            slab.claim(i);
+            slab.mark_done(i);
+            slab.free_local(i, 0, &cell);
+        }
+        assert_eq!(cell.get(), 0, "flushed at FLUSH_AT");
+        // On the shared list now, newest first.
+        assert_eq!(slab.pop_free(), Some(slots[FLUSH_AT as usize - 1].0));
+    }
+
     #[test]
     fn full_slab_reports_none() {
-        let slab = Slab::new(2);
+        let slab = Slab::new(2, 1);
         assert!(slab.alloc().is_some());
         assert!(slab.alloc().is_some());
         assert!(slab.alloc().is_none());

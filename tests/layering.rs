@@ -22,6 +22,7 @@ const LAYERS: &[(&str, u8)] = &[
     // 1 queues and parking
     ("run_queue", 1),
     ("local_queue", 1),
+    ("free_chain", 1),
     ("trace_ring", 1),
     ("raw_mutex", 1),
     ("wheel", 1),

@@ -864,7 +864,7 @@ impl Shared {
         Shared {
             hooks,
             world: (hooks.new_world)(config.max_actors),
-            slab: Slab::new(config.max_actors),
+            slab: Slab::new(config.max_actors, config.threads),
             run_queue: RunQueue::new(config.max_actors),
             locals: (0..config.threads).map(|_| crate::local_queue::LocalQueue::new()).collect(),
             idle: Idle::new(config.threads),

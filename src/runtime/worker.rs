@@ -205,8 +205,12 @@ pub(crate) struct Worker {
     /// This thread's front of the stack pool (see `stack`).
     pub(crate) stacks: crate::stack::StackCache,
     /// The runtime has this one scheduler thread only: no other thread steals from its
-    /// local queue or sleeps in `idle` (see `pop_own`, `finish_hand_off`).
+    /// local queue or sleeps in `idle`, and nobody contends for the slab's free list (see
+    /// `pop_own`, `finish_hand_off`, `retire`).
     pub(super) solo: bool,
+    /// Slots freed onto this thread's list since it last moved them to the shared one
+    /// (`Slab::free_local`).
+    freed: Cell<u32>,
     /// `&shared.thread_stats[index]`, looked up once.
     pub(super) stats: *const ThreadStats,
     /// The counters bumped per message, published to `stats` now and then (see `stats`).
@@ -831,7 +835,11 @@ impl Worker {
         };
         let (task, was_root) = was_root;
         sh.slab.mark_done(index);
-        sh.slab.free(index);
+        if self.solo {
+            sh.slab.free(index);
+        } else {
+            sh.slab.free_local(index, self.index, &self.freed);
+        }
         if let Some(t) = task {
             // SAFETY: the control block's reference, released once; the actor ran.
             unsafe {
@@ -1034,6 +1042,7 @@ fn run_thread(shared: Arc<Shared>, index: usize) {
         blocks: BlockCache::default(),
         stacks: Default::default(),
         solo,
+        freed: Cell::new(0),
         stats,
         counts: LocalCounts::default(),
         resume_key: if cpu_time { usize::MAX - 1 } else { index },
