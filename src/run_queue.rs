@@ -1237,6 +1237,16 @@ mod loom_models {
         ring
     }
 
+    /// `got` plus what is left in `ring`, sorted; the ring is then empty.
+    fn with_rest_sorted(ring: &MpmcRing, mut got: Vec<u32>) -> Vec<u32> {
+        while let Some(v) = ring.pop() {
+            got.push(v);
+        }
+        got.sort_unstable();
+        assert!(ring.is_empty());
+        got
+    }
+
     /// A batch push races a batch pop and a single pop: every value comes out exactly once.
     #[test]
     fn mpmc_batch_push_races_batch_pop() {
@@ -1251,13 +1261,7 @@ mod loom_models {
                 })
             };
             ring.push_batch(&[1, 2]);
-            let mut got = consumer.join().unwrap();
-            while let Some(v) = ring.pop() {
-                got.push(v);
-            }
-            got.sort_unstable();
-            assert_eq!(got, [1, 2]);
-            assert!(ring.is_empty());
+            assert_eq!(with_rest_sorted(&ring, consumer.join().unwrap()), [1, 2]);
         });
     }
 
@@ -1275,11 +1279,7 @@ mod loom_models {
             let n = ring.pop_batch(&mut out);
             let mut got = out[..n].to_vec();
             got.extend(other.join().unwrap());
-            while let Some(v) = ring.pop() {
-                got.push(v);
-            }
-            got.sort_unstable();
-            assert_eq!(got, [1, 2]);
+            assert_eq!(with_rest_sorted(&ring, got), [1, 2]);
         });
     }
 
@@ -1341,13 +1341,8 @@ mod loom_models {
                 .collect();
             ring.push(1);
             ring.push(2);
-            let mut got: Vec<u32> = consumers.into_iter().flat_map(|c| c.join().unwrap()).flatten().collect();
-            while let Some(v) = ring.pop() {
-                got.push(v);
-            }
-            got.sort_unstable();
-            assert_eq!(got, [1, 2]);
-            assert!(ring.is_empty());
+            let got: Vec<u32> = consumers.into_iter().flat_map(|c| c.join().unwrap()).flatten().collect();
+            assert_eq!(with_rest_sorted(&ring, got), [1, 2]);
         });
     }
 
