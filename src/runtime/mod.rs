@@ -457,7 +457,9 @@ impl Builder {
     /// there were actors, so any value is accepted (`usize::MAX`: keep every released
     /// stack). Stacks are mapped in batches (16 at first, then as many as the runtime has
     /// mapped so far, at most 1,024); a batch's unused stacks hold address space and page
-    /// tables, not memory.
+    /// tables, not memory. Each scheduler thread also keeps up to 64 stacks its actors
+    /// released in front of the pool (so that an actor that ends and one that starts on the
+    /// same thread do not lock the pool), which may stay mapped beyond this bound.
     ///
     /// ```
     /// let rt = smarm::Runtime::builder().warm_stacks(16).build().unwrap();
