@@ -16,7 +16,9 @@
 //! slab full while such a slot exists (and a `join` promises that the slot of the joined
 //! actor can be reused). So every list is reachable from every thread: [`PendingFree::take_all`]
 //! swaps the head out, and the slab's allocator takes all lists that way before it reports
-//! the slab full.
+//! the slab full. A chain another thread has taken but not yet pushed to the shared list is
+//! on neither; the slab counts such flushes in progress and its allocator waits them out
+//! (`Slab::pop_free_hidden`, which also says why the SeqCst orderings here suffice).
 //!
 //! # Algorithm
 //!
@@ -73,12 +75,14 @@ impl PendingFree {
     /// Any thread: takes the whole list; returns its first and last index.
     #[inline]
     pub(crate) fn take_all(&self, links: &impl Links) -> Option<(u32, u32)> {
-        // Relaxed: a cheap look first; the swap decides.
-        if self.head.load(Ordering::Relaxed) == NIL {
+        // SeqCst (a plain load on x86_64): a cheap look first, in the single total order
+        // that the slab's full-slab check relies on (`Slab::pop_free_hidden`).
+        if self.head.load(Ordering::SeqCst) == NIL {
             return None;
         }
-        // Acquire: pairs with the pushes' Release (see the module doc).
-        let first = self.head.swap(NIL, Ordering::Acquire);
+        // SeqCst: Acquire pairs with the pushes' Release (see the module doc); the total
+        // order as above.
+        let first = self.head.swap(NIL, Ordering::SeqCst);
         if first == NIL {
             return None;
         }

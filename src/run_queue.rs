@@ -362,6 +362,9 @@ impl MpmcRing {
     /// published until the consumer that claims `q` releases it, and claiming `q` moves
     /// `head` past `q`, which fails a CAS from `pos <= q`.
     pub(crate) fn pop_batch(&self, out: &mut [u32]) -> usize {
+        if out.is_empty() {
+            return 0;
+        }
         let mut backoff = Backoff::new();
         loop {
             // Relaxed: validated by the CAS; values are acquired through the cells' seq.
@@ -549,12 +552,13 @@ impl StripedRing {
     /// One value, as [`Self::pop_from`] (a batch from one stripe would skip the others'
     /// fairness rotation).
     pub(crate) fn pop_batch_from(&self, out: &mut [u32], caller: Option<Caller>) -> usize {
-        match (out.first_mut(), self.pop_from(caller)) {
-            (Some(o), Some(v)) => {
+        let Some(o) = out.first_mut() else { return 0 };
+        match self.pop_from(caller) {
+            Some(v) => {
                 *o = v;
                 1
             }
-            _ => 0,
+            None => 0,
         }
     }
 

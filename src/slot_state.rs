@@ -34,7 +34,7 @@
 //! actor's "check condition" and its park is never lost.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::actor::ActorCell;
 use crate::free_chain::{Links, PendingFree, FLUSH_AT};
@@ -478,6 +478,8 @@ pub(crate) struct Slab {
     /// Per scheduler thread: the slots it freed that have not reached `free_head` yet (see
     /// `free_chain`).
     pending: Box<[crate::loom_shim::CachePadded<PendingFree>]>,
+    /// Flushes of a `pending` list in progress (see `pop_free_hidden`).
+    flushing: AtomicUsize,
 }
 
 impl Links for Slab {
@@ -515,6 +517,7 @@ impl Slab {
             free_head: AtomicU64::new(NIL as u64),
             fresh: AtomicU64::new(0),
             pending: (0..threads).map(|_| crate::loom_shim::CachePadded(PendingFree::new())).collect(),
+            flushing: AtomicUsize::new(0),
         }
     }
 
@@ -588,13 +591,9 @@ impl Slab {
                 }
                 // Lost the race for the last fresh slots, or the slab is full: a slot may have
                 // been freed since, onto the shared list or a thread's own.
-                if let Some(index) = self.pop_free() {
-                    index
-                } else {
-                    for k in 0..self.pending.len() {
-                        self.flush_pending(k);
-                    }
-                    self.pop_free()?
+                match self.pop_free() {
+                    Some(index) => index,
+                    None => self.pop_free_hidden()?,
                 }
             }
         };
@@ -687,8 +686,39 @@ impl Slab {
 
     /// Moves thread `k`'s list of freed slots to the shared list (from any thread).
     fn flush_pending(&self, k: usize) {
+        // SeqCst (this, `take_all`'s swap and the decrement): see `pop_free_hidden`. Taken
+        // chains are on no list until `push_chain`; the count says one may be in between.
+        self.flushing.fetch_add(1, Ordering::SeqCst);
         if let Some((first, last)) = self.pending[k].take_all(self) {
             self.push_chain(first, last);
+        }
+        self.flushing.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The slab looks full: takes every thread's list of freed slots to the shared list and
+    /// pops from that, so that no freed slot is missed (a `join` that returned promises
+    /// its actor's slot can be reused).
+    ///
+    /// A flush in progress elsewhere holds a chain on no list between its swap and its
+    /// push. If our swap of a list found it empty because such a flush took it first, that
+    /// flush's increment, swap and ours are SeqCst and in that order, so our SeqCst load
+    /// of `flushing` reads its increment or its decrement: the former makes us look again;
+    /// the latter synchronises with it, so its push is visible to the last `pop_free`.
+    #[cold]
+    #[inline(never)]
+    fn pop_free_hidden(&self) -> Option<u32> {
+        let mut backoff = crate::backoff::Backoff::new();
+        loop {
+            for k in 0..self.pending.len() {
+                self.flush_pending(k);
+            }
+            if let Some(index) = self.pop_free() {
+                return Some(index);
+            }
+            if self.flushing.load(Ordering::SeqCst) == 0 {
+                return self.pop_free();
+            }
+            backoff.spin();
         }
     }
 
@@ -729,7 +759,7 @@ impl Slab {
     }
 
     fn pop_free(&self) -> Option<u32> {
-        // Acquire: pairs with the Release in `push_free`, so the link we read is the one
+        // Acquire: pairs with the Release in `push_chain`, so the link we read is the one
         // written by the pusher.
         let mut head = self.free_head.load(Ordering::Acquire);
         loop {
@@ -741,7 +771,7 @@ impl Slab {
             // again meanwhile; the tag in the CAS below then fails, so the value is unused.
             let next = self.slot(index).next_free.load(Ordering::Relaxed);
             let tag = (head >> 32).wrapping_add(1);
-            // Acquire on success: pairs with the Release in `push_free`, so the slot's FREE
+            // Acquire on success: pairs with the Release in `push_chain`, so the slot's FREE
             // state and its previous occupant's teardown happen before our use of it. On
             // failure too: the next round reads the link of the head it returns.
             match self.free_head.compare_exchange_weak(

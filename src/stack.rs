@@ -310,7 +310,9 @@ struct Pool {
     warm: std::collections::VecDeque<Stack>,
     /// Stacks of a batch no actor has run on yet (no committed pages).
     fresh: Vec<Stack>,
-    /// Stacks promised to spawned actors that have not run yet (taken from `warm` first).
+    /// Stacks promised to spawned actors that have not run yet (taken from `warm` first),
+    /// plus the caches' unused credits and the promises they kept and have not paid back:
+    /// never less than the promises outstanding, so never more than the pool holds.
     reserved: usize,
     /// Stacks this pool has mapped: the next batch maps as many (see the module doc).
     mapped: usize,
@@ -392,8 +394,8 @@ impl StackPool {
                 p.mapped += batch.len();
                 p.fresh.extend(batch);
             }
-            // Others may have reserved meanwhile: look again (what was added covers at least
-            // what was missing then, so this ends).
+            // Others may have reserved meanwhile: look again. Each round adds at least what
+            // was missing then, so only a reserver that keeps losing the race loops again.
         }
     }
 
@@ -841,7 +843,7 @@ mod tests {
     /// stacks of its size that other tests' pools left, which `mapped` does not count.)
     ///
     /// A spawner on one thread, its actors' first runs and ends on another: the pool's count
-    /// of promises stays exact (no first run finds the pool empty, nothing is mapped beyond
+    /// of promises is never too low (no first run finds the pool empty, nothing is mapped beyond
     /// what the promises in flight and the caches' bounds need), and draining both caches
     /// returns it to zero.
     #[test]

@@ -200,6 +200,29 @@ fn pid_accessors_inside_an_actor_agree_with_the_join_handle() {
     .unwrap();
 }
 
+/// A joined actor's slot can be reused at once, at two threads too, where freed slots wait
+/// on the freeing thread's own list and move to the shared one in batches, and where the
+/// other thread may be in the middle of moving them (its actor ending) when the slab looks
+/// full (history 60). Three slots: the root, the child in flight and the next one, whose
+/// spawn needs the slot of the child joined just before.
+#[test]
+fn a_full_slab_at_two_threads_always_reuses_the_joined_slots() {
+    let rt = Runtime::builder().threads(2).max_actors(3).build().unwrap();
+    rt.run(|| {
+        let mut in_flight = smarm::spawn(|| 0u32);
+        for round in 1..50_000u32 {
+            let next = match smarm::try_spawn(move || round) {
+                Ok(h) => h,
+                Err(e) => panic!("round {round}: spawn refused with every earlier child but one joined: {e}"),
+            };
+            assert_eq!(in_flight.join().unwrap(), round - 1);
+            in_flight = next;
+        }
+        in_flight.join().unwrap();
+    })
+    .unwrap();
+}
+
 #[test]
 fn full_slab_refuses_spawn_until_a_slot_is_freed() {
     // One thread: the child's slot is freed before the root, woken by the child's end, runs.
