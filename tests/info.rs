@@ -182,7 +182,17 @@ fn process_facts_and_scheduler_counters() {
                 h.join().unwrap();
             }
             tx.send(()).unwrap();
-            let s = info::schedulers();
+            // A busy thread publishes its counts once a scheduling round (and before it
+            // sleeps), so the other thread's may lag: look until they arrive (an idle thread
+            // publishes before it sleeps), a bounded number of times.
+            let mut s = info::schedulers();
+            for _ in 0..1_000_000 {
+                if s.iter().map(|t| t.parks).sum::<u64>() >= 50 && s.iter().map(|t| t.wakes).sum::<u64>() >= 50 {
+                    break;
+                }
+                smarm::yield_now();
+                s = info::schedulers();
+            }
             assert_eq!(s.len(), 2);
             let parks: u64 = s.iter().map(|t| t.parks).sum();
             let wakes: u64 = s.iter().map(|t| t.wakes).sum();
