@@ -633,7 +633,11 @@ fn smarm_ring(threads: usize) -> Duration {
             .collect();
         inject.send(RING_SIZE as u64 * RING_LAPS).unwrap();
         drop(inject);
-        hs.into_iter().map(|h| h.join().unwrap()).position(|f| f)
+        // Join every actor, as tokio_ring awaits every handle: stopping at the finisher
+        // would leave the rest of the ring's wind-down to the runtime's shutdown, which
+        // cancels (unwinds) actors still parked instead of letting them return.
+        let finished: Vec<bool> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        finished.iter().position(|&f| f)
     });
     assert_eq!(finisher, Some(0));
     t
