@@ -497,7 +497,12 @@ fn select_recv_signal_arm_is_woken_by_a_signal_while_parked() {
                     recv_signal() -> s => Some(s),
                 }
             });
-            smarm::yield_now(); // let the watcher park in the select
+            // Until the watcher parks in the select (so it has monitored the target): one
+            // yield was not always enough at two threads, where the other thread may have
+            // stolen the watcher and not run it yet; the target then ended first (NoProc).
+            while smarm::info::process_info(watcher.pid()).and_then(|p| p.parked_on()).is_none() {
+                smarm::yield_now();
+            }
             go_tx.send(()).unwrap();
             woken(|| watcher.join().unwrap())
         })
