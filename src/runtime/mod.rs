@@ -1131,16 +1131,6 @@ impl Shared {
     /// thread's other work, so a spawner that is preempted queues behind its children; idle
     /// threads steal), else on the shared queue. The caller then wakes a sleeper.
     ///
-    /// With one scheduler thread, the child goes to the wake slot instead, displacing its
-    /// occupant to the local queue: Go's `newproc` puts a new goroutine in `runnext` the
-    /// same way, and tokio's spawn from a worker uses its LIFO slot. Only there: the wake
-    /// slot cannot be stolen from, so with more threads a child in it would wait for a
-    /// spawner that keeps its thread (spins, or computes without runtime calls) while
-    /// another thread idles; `tests/kill_vs_shutdown.rs` is such a spawner, and hung when
-    /// every spawn went to the slot. A ping-pong of two fresh actors (general.rs
-    /// `ping_pong_oneshot`) then runs its first message's receiver before its sender
-    /// instead of parking it once: 3,858 -> 3,476 instructions per round (callgrind).
-    ///
     /// Also records the new actor's parent: the running actor of this thread, if the spawn
     /// is made by one of this runtime's actors. The parent is stored after the publication
     /// but before the child can run (it is not queued yet); a report read meanwhile shows
@@ -1159,16 +1149,7 @@ impl Shared {
             };
             // Relaxed: a report (see `Probe`).
             slot.probe.parent.store(parent, Ordering::Relaxed);
-            if w.solo {
-                // The only scheduler thread: the newest child runs next (Go's `runnext`),
-                // where its spawner's data is in cache, and a spawner that parks hands it
-                // the thread. With more threads it stays stealable instead (see above).
-                if let Some(displaced) = w.put_in_wake_slot(index) {
-                    w.push_local(displaced);
-                }
-            } else {
-                w.push_local(index);
-            }
+            w.push_local(index);
             return;
         }
         // Relaxed: a report (see `Probe`).

@@ -51,8 +51,7 @@
 //!   also takes one actor from a local queue at least two longer than its own, so threads
 //!   that are all busy (and so never run dry and steal) still even out.
 //! - Spawned by an actor of this runtime: the spawning thread's local queue, and a sleeper
-//!   is woken (to steal). With one scheduler thread (nobody to steal), the wake slot, as
-//!   Go's `runnext` (`Shared::push_spawned`).
+//!   is woken (to steal).
 //! - Spawned from outside, or woken from another thread or a plain thread: the shared run
 //!   queue, and a sleeper is woken.
 //!
