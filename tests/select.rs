@@ -500,7 +500,8 @@ fn select_recv_signal_arm_is_woken_by_a_signal_while_parked() {
             // Until the watcher parks in the select (so it has monitored the target): one
             // yield was not always enough at two threads, where the other thread may have
             // stolen the watcher and not run it yet; the target then ended first (NoProc).
-            while smarm::info::process_info(watcher.pid()).and_then(|p| p.parked_on()).is_none() {
+            // A watcher that ended instead (a bug) stops the wait: the join below reports it.
+            while smarm::info::process_info(watcher.pid()).is_some_and(|p| p.parked_on().is_none()) {
                 smarm::yield_now();
             }
             go_tx.send(()).unwrap();
