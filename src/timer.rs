@@ -340,8 +340,21 @@ mod off_runtime {
 
         #[test]
         fn many_timers_share_one_thread_fire_in_deadline_order_and_cancel() {
-            let (tx, rx) = mpsc::channel();
+            // Deterministic: a first, already-due timer holds the one timer thread inside its
+            // action until the others are inserted and the odd ones cancelled, so no deadline
+            // can pass before its cancel (the thread fires nothing while an action runs).
+            let (held_tx, held_rx) = mpsc::channel();
+            let (release_tx, release_rx) = mpsc::channel::<()>();
             let now = std::time::Instant::now();
+            super::insert(
+                now,
+                Box::new(move || {
+                    held_tx.send(()).unwrap();
+                    let _ = release_rx.recv();
+                }),
+            );
+            held_rx.recv().unwrap();
+            let (tx, rx) = mpsc::channel();
             let mut ids = Vec::new();
             for i in (0..20u64).rev() {
                 let tx = tx.clone();
@@ -354,17 +367,20 @@ mod off_runtime {
                     .filter(|c| c.trim() == "smarm-timer")
                     .count()
             };
-            assert!(threads() <= 1, "one timer thread for 20 timers");
-            // Cancel the odd ones.
+            assert_eq!(threads(), 1, "one timer thread for 21 timers");
+            // Cancel the odd ones, then let the thread go on.
             for (i, id) in &ids {
                 if i % 2 == 1 {
                     assert!(super::cancel(*id));
                 }
             }
+            release_tx.send(()).unwrap();
             drop(tx);
             let got: Vec<u64> = rx.iter().collect();
             assert_eq!(got, (0..20).filter(|i| i % 2 == 0).collect::<Vec<_>>());
-            assert!(!super::cancel(ids[0].1), "fired timers cannot be cancelled");
+            let (i, fired) = ids[1];
+            assert_eq!(i, 18);
+            assert!(!super::cancel(fired), "fired timers cannot be cancelled");
         }
     }
 }
